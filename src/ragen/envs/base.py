@@ -1,0 +1,197 @@
+"""The text-environment contract, the registry, and small helpers every game shares.
+
+A ragen environment is text in, text out: `reset(seed)` returns the first observation,
+`step(action_word)` returns a `StepResult`. Terminated and truncated are kept apart as in
+gymnasium: *terminated* means the game reached an end state (solved, fell in a hole, pulled
+an arm); *truncated* means a budget stopped it. The rollout code relies on that split to
+count truncation honestly.
+
+Every name in the registry maps to a factory plus default options, so `make("sokoban-large")`
+and `make("sokoban", height=8, width=8, num_boxes=2)` build the same game.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+from typing import Any, Protocol, runtime_checkable
+
+# Keys every `StepResult.info` carries. The rollout and the metrics read them, so an env
+# that forgets one fails the conformance checker rather than a training run.
+INFO_KEYS = ("success", "action_valid", "action_effective")
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one `TextEnv.step` returns.
+
+    observation: the state as text (the same text `render()` gives after the step).
+    reward: the reward of this single action.
+    terminated: the episode reached an end state of the game.
+    truncated: the episode was stopped by a budget (`max_actions`), not by the game.
+    info: at least `success`, `action_valid`, `action_effective` (all bool).
+    """
+
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+    @property
+    def done(self) -> bool:
+        """True when the episode is over for either reason."""
+        return self.terminated or self.truncated
+
+
+@runtime_checkable
+class TextEnv(Protocol):
+    """A game that talks in text.
+
+    `actions` lists the valid action words (matched case-insensitively). It is empty for a
+    game whose action is free text, such as a Countdown expression.
+    """
+
+    actions: tuple[str, ...]
+
+    def instructions(self) -> str:
+        """Rules, symbol legend and the action list, written for the agent."""
+        ...
+
+    def reset(self, seed: int) -> str:
+        """Start an episode; the same seed gives the same initial state on every machine."""
+        ...
+
+    def step(self, action: str) -> StepResult:
+        """Apply one action word; an invalid word is a no-op with `action_valid` False."""
+        ...
+
+    def render(self) -> str:
+        """The current state as text."""
+        ...
+
+
+class EpisodeOverError(RuntimeError):
+    """`step` was called before `reset` or after the episode ended."""
+
+
+class GenerationError(RuntimeError):
+    """A level generator gave up after its bounded number of attempts."""
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One registered name: how to build it and what it is, in one line."""
+
+    name: str
+    factory: Callable[..., TextEnv]
+    description: str
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register(name: str, factory: Callable[..., TextEnv], description: str, **defaults: Any) -> None:
+    """Add `name` to the registry; `defaults` are options the caller may still override."""
+    if name in _REGISTRY:
+        raise ValueError(f"environment name {name!r} is already registered")
+    _REGISTRY[name] = EnvSpec(name, factory, description, dict(defaults))
+
+
+def names() -> list[str]:
+    """Every registered environment name, in registration order."""
+    return list(_REGISTRY)
+
+
+def spec(name: str) -> EnvSpec:
+    """The registry entry of `name`; an unknown name is a ValueError listing the known ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        allowed = ", ".join(names())
+        raise ValueError(f"unknown environment {name!r}; allowed names: {allowed}") from None
+
+
+def make(name: str, **options: Any) -> TextEnv:
+    """Build the environment registered as `name`; `options` override its defaults."""
+    entry = spec(name)
+    return entry.factory(**{**entry.defaults, **options})
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def action_lookup(actions: Iterable[str]) -> dict[str, str]:
+    """Map each case-folded action word to its canonical spelling."""
+    return {word.casefold(): word for word in actions}
+
+
+def match_action(lookup: dict[str, str], text: str) -> str | None:
+    """The canonical action for `text` (case and surrounding spaces ignored), else None."""
+    return lookup.get(text.strip().casefold())
+
+
+def info(success: bool, valid: bool, effective: bool, **extra: Any) -> dict[str, Any]:
+    """The info dict of a step, with the three keys every env reports."""
+    return {"success": success, "action_valid": valid, "action_effective": effective, **extra}
+
+
+def check_int(option: str, value: Any, low: int, high: int | None = None) -> int:
+    """`value` as an int in [low, high]; otherwise a ValueError naming the option."""
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, Integral)):
+        raise ValueError(f"{option} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ValueError(f"{option} must be {allowed}, got {value}")
+    return int(value)
+
+
+def check_probability(option: str, value: Any, *, allow_zero: bool = True) -> float:
+    """`value` as a float in [0, 1] (or (0, 1]); otherwise a ValueError naming the option."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"{option} must be a number between 0 and 1, got {value!r}")
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (low_ok and value <= 1):
+        allowed = "between 0 and 1" if allow_zero else "greater than 0 and at most 1"
+        raise ValueError(f"{option} must be {allowed}, got {value}")
+    return float(value)
+
+
+class EpisodeBudget:
+    """Counts actions against `max_actions` and remembers whether the episode is over.
+
+    Every `step` call uses one unit, valid or not: an agent that keeps writing junk must
+    still be stopped, and the budget is what stops it (truncated=True).
+    """
+
+    __slots__ = ("max_actions", "over", "used")
+
+    def __init__(self, max_actions: int) -> None:
+        self.max_actions = check_int("max_actions", max_actions, 1)
+        self.used = 0
+        self.over = True  # no episode until reset
+
+    def start(self) -> None:
+        self.used = 0
+        self.over = False
+
+    def spend(self) -> None:
+        """Use one action; raises if there is no running episode."""
+        if self.over:
+            raise EpisodeOverError("the episode has ended (or never started): call reset(seed)")
+        self.used += 1
+
+    def close(self, terminated: bool) -> bool:
+        """Mark the end if the game ended or the budget ran out; returns `truncated`."""
+        truncated = not terminated and self.used >= self.max_actions
+        self.over = terminated or truncated
+        return truncated
+
+    @property
+    def left(self) -> int:
+        return self.max_actions - self.used

@@ -1,0 +1,245 @@
+"""FrozenLake (multi-turn, stochastic): cross a slippery lake to the goal, avoiding holes.
+
+The dynamics are gymnasium's FrozenLake, on purpose, so results compare with the RL
+literature: on a slippery lake the intended move happens with probability 1/3 and each of
+the two perpendicular moves with probability 1/3; a move off the edge stays put; a hole or
+the goal ends the episode, and only the goal pays (1). The transition table is built once
+per map in gymnasium's layout, `table[state][action] = [(prob, next_state, reward,
+terminated), ...]`, and a test checks it entry by entry against gymnasium's own.
+
+Maps use gymnasium's letters internally (S start, F frozen, H hole, G goal; start in the
+top-left corner, goal in the bottom-right) so they can be handed to gymnasium unchanged.
+The agent sees other symbols: P player, _ frozen, O hole, G goal, X player in a hole,
+√ player on the goal.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from functools import lru_cache
+
+import numpy as np
+
+from ragen.envs.base import (
+    EpisodeBudget,
+    GenerationError,
+    StepResult,
+    check_int,
+    check_probability,
+    info,
+)
+
+ACTIONS = ("Left", "Down", "Right", "Up")  # gymnasium's action indices 0, 1, 2, 3
+_MOVES = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (d_row, d_col) of each action
+
+# Written as gymnasium writes them: the slip probability is "the rest, split in two",
+# which in floating point is 0.33333333333333337, not 1/3. Equal tables need equal floats.
+SUCCESS_RATE = 1.0 / 3.0
+SLIP_RATE = (1.0 - SUCCESS_RATE) / 2.0
+
+_TILE = {"S": "_", "F": "_", "H": "O", "G": "G"}  # what the agent sees under no player
+_PLAYER = {"S": "P", "F": "P", "H": "X", "G": "√"}  # the player standing on each tile
+# Salt that gives the slipping a random stream of its own, apart from the map's.
+_SLIP_STREAM = 1
+
+Transition = tuple[float, int, int, bool]
+
+
+def is_valid(rows: tuple[str, ...] | list[str]) -> bool:
+    """True if the goal can be reached from the start over non-hole tiles."""
+    size = len(rows)
+    seen = {(0, 0)}
+    queue = deque(seen)
+    while queue:
+        row, col = queue.popleft()
+        if rows[row][col] == "G":
+            return True
+        for d_row, d_col in _MOVES:
+            r, c = row + d_row, col + d_col
+            if 0 <= r < size and 0 <= c < size and (r, c) not in seen and rows[r][c] != "H":
+                seen.add((r, c))
+                queue.append((r, c))
+    return False
+
+
+def generate_map(
+    seed: int, size: int = 4, p: float = 0.8, max_tries: int = 1000
+) -> tuple[str, ...]:
+    """A random `size`×`size` map whose goal is reachable; each tile is frozen w.p. `p`.
+
+    Raises GenerationError when `max_tries` draws all leave the goal cut off (tiny `p`).
+    """
+    check_int("seed", seed, 0)
+    check_int("size", size, 2, 64)
+    p = check_probability("p", p, allow_zero=False)
+    check_int("max_tries", max_tries, 1)
+    rng = np.random.default_rng(seed)
+    for _ in range(max_tries):
+        frozen = (rng.random((size, size)) < p).tolist()
+        rows = ["".join("F" if f else "H" for f in line) for line in frozen]
+        rows[0] = "S" + rows[0][1:]
+        rows[-1] = rows[-1][:-1] + "G"
+        if is_valid(rows):
+            return tuple(rows)
+    raise GenerationError(
+        f"no {size}×{size} lake with a path to the goal after max_tries={max_tries} draws "
+        f"at p={p}; raise p (the frozen-tile probability)"
+    )
+
+
+@lru_cache(maxsize=512)
+def transition_table(rows: tuple[str, ...], slippery: bool = True) -> tuple:
+    """`table[state][action]`: the outcomes `(prob, next_state, reward, terminated)`.
+
+    Cached because a training batch resets a group of copies on the same seed, hence the
+    same map. The result is immutable (tuples), so sharing it is safe.
+    """
+    size = len(rows)
+
+    def outcome(row: int, col: int, action: int) -> tuple[int, int, bool]:
+        d_row, d_col = _MOVES[action]
+        r = min(max(row + d_row, 0), size - 1)
+        c = min(max(col + d_col, 0), size - 1)
+        tile = rows[r][c]
+        return r * size + c, int(tile == "G"), tile in "GH"
+
+    table = []
+    for row in range(size):
+        for col in range(size):
+            state = row * size + col
+            per_action = []
+            for action in range(4):
+                if rows[row][col] in "GH":
+                    # An end tile is absorbing, as in gymnasium.
+                    per_action.append(((1.0, state, 0, True),))
+                elif slippery:
+                    tried = ((action - 1) % 4, action, (action + 1) % 4)
+                    per_action.append(
+                        tuple(
+                            (SUCCESS_RATE if b == action else SLIP_RATE, *outcome(row, col, b))
+                            for b in tried
+                        )
+                    )
+                else:
+                    per_action.append(((1.0, *outcome(row, col, action)),))
+            table.append(tuple(per_action))
+    return tuple(table)
+
+
+def draw(rows: tuple[str, ...], state: int) -> str:
+    """The lake as the agent sees it, with the player on cell `state`."""
+    size = len(rows)
+    row, col = divmod(state, size)
+    lines = ["".join(_TILE[t] for t in line) for line in rows]
+    line = lines[row]
+    lines[row] = line[:col] + _PLAYER[rows[row][col]] + line[col + 1 :]
+    return "\n".join(lines)
+
+
+class FrozenLakeEnv:
+    """Walk from the top-left corner to the goal on a random slippery lake.
+
+    Options: size (side of the map), p (frozen-tile probability), slippery, max_actions.
+    """
+
+    actions = ACTIONS
+
+    def __init__(
+        self,
+        size: int = 4,
+        p: float = 0.8,
+        slippery: bool = True,
+        max_actions: int = 100,
+        max_tries: int = 1000,
+    ) -> None:
+        self.size = check_int("size", size, 2, 64)
+        self.p = check_probability("p", p, allow_zero=False)
+        if not isinstance(slippery, bool):
+            raise ValueError(f"slippery must be True or False, got {slippery!r}")
+        self.slippery = slippery
+        self.max_tries = check_int("max_tries", max_tries, 1)
+        self._budget = EpisodeBudget(max_actions)
+        self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
+        self.rows: tuple[str, ...] = ()
+        self._table: tuple = ()
+        self._state = 0
+        self._views: list[str | None] = []
+        self._rng = np.random.default_rng(0)
+        self._uniforms: list[float] = []
+
+    def instructions(self) -> str:
+        return (
+            "You are walking on a frozen lake. Reach the goal without falling into a hole. "
+            "The ice is slippery: you move in the direction you choose with probability 1/3, "
+            "and slide to each of the two perpendicular directions with probability 1/3. "
+            "Walking into the edge leaves you where you are.\n"
+            "Symbols: P you, _ frozen ice, O hole, G goal, X you in a hole, √ you on the goal.\n"
+            "Reward: 1 for reaching the goal, 0 otherwise.\n"
+            f"Actions: {', '.join(ACTIONS)}."
+        )
+
+    def reset(self, seed: int) -> str:
+        return self.load(generate_map(seed, self.size, self.p, self.max_tries), seed)
+
+    def load(self, rows: tuple[str, ...] | list[str], seed: int) -> str:
+        """Start an episode on a given map (S, F, H, G rows); `seed` drives the slipping."""
+        rows = tuple(rows)
+        size = len(rows)
+        if (
+            any(len(row) != size or set(row) - set("SFHG") for row in rows)
+            or rows[0][0] != "S"
+            or "".join(rows).count("S") != 1
+        ):
+            raise ValueError("a lake map is square rows of S, F, H, G with one S, top-left")
+        self.rows = rows
+        self._table = transition_table(self.rows, self.slippery)
+        self._state = 0
+        self._views = [None] * (size * size)
+        self._rng = np.random.default_rng([seed, _SLIP_STREAM])
+        self._uniforms = []
+        self._budget.start()
+        return self.render()
+
+    def _uniform(self) -> float:
+        # Drawn in blocks: one numpy call per 64 steps instead of one per step.
+        if not self._uniforms:
+            self._uniforms = self._rng.random(64).tolist()[::-1]
+        return self._uniforms.pop()
+
+    def step(self, action: str) -> StepResult:
+        self._budget.spend()
+        index = self._index.get(action.strip().casefold())
+        if index is None:
+            truncated = self._budget.close(terminated=False)
+            return StepResult(self.render(), 0.0, False, truncated, info(False, False, False))
+        u = self._uniform()
+        # Inverse-CDF sampling over the (at most three) outcomes; float round-off that
+        # leaves u >= 0 after the loop falls through to the last outcome, as it should.
+        outcomes = self._table[self._state][index]
+        chosen = outcomes[-1]
+        for outcome in outcomes:
+            u -= outcome[0]
+            if u < 0:
+                chosen = outcome
+                break
+        _, state, reward, terminated = chosen
+        moved = state != self._state
+        self._state = state
+        truncated = self._budget.close(terminated)
+        observation = self.render()
+        return StepResult(
+            observation, float(reward), terminated, truncated, info(reward > 0, True, moved)
+        )
+
+    def render(self) -> str:
+        if not self.rows:
+            return ""
+        view = self._views[self._state]
+        if view is None:
+            view = self._views[self._state] = draw(self.rows, self._state)
+        return view
+
+    @property
+    def state(self) -> int:
+        """The player's cell, `row * size + col` (gymnasium's observation)."""
+        return self._state
