@@ -1,0 +1,140 @@
+"""FrozenLake: maps, rendering, and transition tables equal to gymnasium's on the same map."""
+
+import pytest
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymnasiumFrozenLake
+
+from ragen import envs
+from ragen.envs.base import GenerationError
+from ragen.envs.frozen_lake import (
+    FrozenLakeEnv,
+    draw,
+    generate_map,
+    is_valid,
+    transition_table,
+)
+
+SEED_0_MAP = ("SFFF", "HHFF", "FHHF", "HFFG")  # pinned: same seed, same map, every machine
+
+
+def gymnasium_table(rows, slippery=True):
+    gym_env = GymnasiumFrozenLake(desc=list(rows), is_slippery=slippery)
+    n = len(rows) ** 2
+    return [[list(gym_env.P[s][a]) for a in range(4)] for s in range(n)]
+
+
+def ours(rows, slippery=True):
+    return [
+        [list(outcomes) for outcomes in per_action]
+        for per_action in transition_table(rows, slippery)
+    ]
+
+
+@pytest.mark.parametrize("size", [4, 8])
+@pytest.mark.parametrize("slippery", [True, False])
+def test_transition_table_equals_gymnasiums_on_the_same_map(size, slippery):
+    for seed in range(10):
+        rows = generate_map(seed, size)
+        assert ours(rows, slippery) == gymnasium_table(rows, slippery)
+
+
+def test_slippery_moves_split_in_thirds_like_gymnasium():
+    # From the start (top-left), "Down" goes down, or slides left (stays) or right.
+    outcomes = transition_table(SEED_0_MAP)[0][1]
+    assert [(p, s) for p, s, _, _ in outcomes] == [
+        (0.33333333333333337, 0),  # left: into the edge, stay
+        (1 / 3, 4),  # down: onto the hole at (1, 0)
+        (0.33333333333333337, 1),  # right
+    ]
+    assert outcomes[1][3] is True  # the hole ends the episode
+    assert sum(p for p, *_ in outcomes) == pytest.approx(1.0)
+
+
+def test_maps_are_pinned_valid_and_mostly_different():
+    assert generate_map(0) == SEED_0_MAP
+    maps = [generate_map(seed) for seed in range(100)]
+    assert all(is_valid(m) and m[0][0] == "S" and m[-1][-1] == "G" for m in maps)
+    assert len(set(maps)) >= 80
+    assert not is_valid(("SH", "HG"))
+
+
+def test_rendering_uses_the_agent_symbols():
+    assert draw(SEED_0_MAP, 0) == "P___\nOO__\n_OO_\nO__G"
+    assert draw(SEED_0_MAP, 4) == "____\nXO__\n_OO_\nO__G"  # in the hole below the start
+    assert draw(SEED_0_MAP, 15).endswith("O__√")
+    assert envs.make("frozen-lake").reset(0) == "P___\nOO__\n_OO_\nO__G"
+
+
+def test_a_non_slippery_walk_reaches_the_goal_with_reward_one():
+    env = FrozenLakeEnv(slippery=False)
+    env.load(("SFF", "HHF", "FFG"), seed=0)
+    results = [env.step(a) for a in ("Right", "Right", "Down", "Down")]
+    assert [r.reward for r in results] == [0.0, 0.0, 0.0, 1.0]
+    assert [r.terminated for r in results] == [False, False, False, True]
+    assert results[-1].info["success"]
+    assert results[-1].observation == "___\nOO_\n__√"
+
+
+def test_falling_in_a_hole_ends_without_reward():
+    env = FrozenLakeEnv(slippery=False)
+    env.load(("SF", "HG"), seed=0)
+    edge = env.step("Up")
+    assert not edge.info["action_effective"] and edge.reward == 0.0 and not edge.done
+    hole = env.step("down")
+    assert hole.terminated and hole.reward == 0.0 and not hole.info["success"]
+    assert hole.observation == "__\nXG"
+
+
+def test_sampled_slips_follow_the_table():
+    # From the start of a 3×3 open lake, "Right" goes right, up (edge: stay) or down, 1/3 each.
+    env = FrozenLakeEnv()
+    counts = {0: 0, 1: 0, 3: 0}
+    for seed in range(3000):
+        env.load(("SFF", "FFF", "FFG"), seed)
+        env.step("Right")
+        counts[env.state] += 1
+    assert all(900 <= c <= 1100 for c in counts.values()), counts  # ±4 sd around 1000
+
+
+def test_same_seed_same_slips():
+    first, second = envs.make("frozen-lake"), envs.make("frozen-lake")
+    for seed in range(10):
+        first.reset(seed)
+        second.reset(seed)
+        for action in ["Right", "Down"] * 5:
+            a, b = first.step(action), second.step(action)
+            assert a == b
+            if a.done:
+                break
+
+
+def test_the_action_budget_truncates():
+    env = FrozenLakeEnv(slippery=False, max_actions=2)
+    env.load(("SFF", "FFF", "FFG"), seed=0)
+    assert not env.step("Up").truncated
+    last = env.step("Left")
+    assert last.truncated and not last.terminated
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"p": 1.5}, r"p must be greater than 0 and at most 1, got 1\.5"),
+        ({"p": 0}, r"p must be greater than 0"),
+        ({"size": 1}, r"size must be between 2 and 64, got 1"),
+        ({"slippery": "yes"}, r"slippery must be True or False"),
+        ({"max_actions": 0}, r"max_actions must be >= 1"),
+    ],
+)
+def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, message):
+    with pytest.raises(ValueError, match=message):
+        FrozenLakeEnv(**options)
+
+
+def test_a_lake_with_almost_no_ice_raises_after_bounded_tries():
+    with pytest.raises(GenerationError, match="max_tries=20"):
+        generate_map(0, 8, p=0.05, max_tries=20)
+
+
+def test_load_rejects_bad_maps():
+    with pytest.raises(ValueError, match="one S, top-left"):
+        FrozenLakeEnv().load(("FS", "FG"), seed=0)

@@ -1,0 +1,169 @@
+"""Sokoban: hand-checked rewards, the BFS solver, and every generated room solved by replay."""
+
+import pytest
+
+from ragen import envs
+from ragen.envs.base import GenerationError
+from ragen.envs.sokoban import (
+    DEFAULT_SYMBOLS,
+    NEW_VOCAB,
+    Room,
+    SokobanEnv,
+    generate_room,
+    solve,
+)
+
+# Pinned: the same seed must give the same room on every machine and every version.
+SEED_0_SMALL = "######\n######\n##___#\n#_XS_#\n#____#\n######"
+SEED_0_LARGE = "########\n########\n########\n########\n########\n#___OX_#\n#__O_XP#\n########"
+
+
+def load(text: str) -> SokobanEnv:
+    env = SokobanEnv()
+    env.load(Room.from_text(text))
+    return env
+
+
+def replay(env: SokobanEnv, actions: list[str]) -> list:
+    return [env.step(action) for action in actions]
+
+
+def test_generated_rooms_are_pinned_per_seed():
+    assert generate_room(0).render() == SEED_0_SMALL
+    assert generate_room(0, 8, 8, 2).render() == SEED_0_LARGE
+    assert envs.make("sokoban").reset(0) == SEED_0_SMALL
+    assert envs.make("sokoban-large").reset(0) == SEED_0_LARGE
+
+
+def test_pushing_the_last_box_onto_its_target_pays_step_target_and_solve_rewards():
+    env = load("#####\n#PXO#\n#####")
+    result = env.step("Right")
+    assert result.reward == pytest.approx(-0.1 + 1 + 10)
+    assert result.terminated and not result.truncated
+    assert result.info == {"success": True, "action_valid": True, "action_effective": True}
+    assert result.observation == "#####\n#_P√#\n#####"
+
+
+def test_pushing_a_box_off_a_target_costs_one_and_blocked_moves_cost_the_step():
+    env = load("#######\n#P√_XO#\n#######")
+    off = env.step("Right")
+    assert off.reward == pytest.approx(-1.1)
+    assert off.observation == "#######\n#_SXXO#\n#######"  # S: the player on the target
+    two_boxes = env.step("Right")  # a box cannot push another box
+    assert two_boxes.reward == pytest.approx(-0.1)
+    assert not two_boxes.info["action_effective"] and two_boxes.info["action_valid"]
+    assert two_boxes.observation == off.observation
+    wall = env.step("up")
+    assert wall.reward == pytest.approx(-0.1) and not wall.info["action_effective"]
+
+
+def test_solve_finds_a_hand_checked_shortest_solution():
+    room = Room.from_text("######\n#____#\n#_X__#\n#__O_#\n#P___#\n######")
+    # Right first: Up, Up, push Right, Up, Right, push Down = 6; Down first needs 8.
+    assert solve(room) == ["Up", "Up", "Right", "Up", "Right", "Down"]
+
+
+def test_solve_says_none_for_a_box_stuck_in_a_corner_and_empty_for_a_solved_room():
+    assert solve(Room.from_text("#####\n#X_O#\n#__P#\n#####")) is None
+    assert solve(Room.from_text("####\n#P√#\n####")) == []
+
+
+def test_room_text_round_trips_in_both_vocabularies():
+    room = generate_room(5, 8, 8, 2)
+    assert Room.from_text(room.render()) == room
+    assert Room.from_text(room.render(NEW_VOCAB), NEW_VOCAB) == room
+
+
+def solve_and_replay(env: SokobanEnv, seed: int) -> None:
+    env.reset(seed)
+    solution = solve(env.room)
+    assert solution, f"seed {seed}: generated room is unsolvable or already solved"
+    results = replay(env, solution)
+    assert [r.terminated for r in results] == [False] * (len(results) - 1) + [True]
+    assert results[-1].info["success"]
+    assert results[-1].reward >= 10 - 0.1  # the solving push: +10 (+1 unless box-to-box)
+    # Return = -0.1 per action + 10, +1 per box that ends on its target net of starts.
+    boxes = env.room.boxes
+    assert sum(r.reward for r in results) == pytest.approx(-0.1 * len(solution) + 10 + len(boxes))
+
+
+def test_every_small_room_of_many_seeds_is_solved_by_replaying_solve():
+    env = envs.make("sokoban")
+    for seed in range(500):
+        solve_and_replay(env, seed)
+
+
+def test_every_large_room_of_many_seeds_is_solved_by_replaying_solve():
+    env = envs.make("sokoban-large")
+    for seed in range(200):
+        solve_and_replay(env, seed)
+
+
+@pytest.mark.slow
+def test_every_room_of_five_thousand_seeds_per_size_is_solvable():
+    for name in ("sokoban", "sokoban-large"):
+        env = envs.make(name)
+        for seed in range(5000):
+            solve_and_replay(env, seed)
+
+
+def test_no_generated_room_starts_with_a_box_on_a_target():
+    for seed in range(200):
+        room = generate_room(seed, 8, 8, 2)
+        assert room.boxes.isdisjoint(room.targets)
+        assert len(room.boxes) == 2 and len(room.targets) == 2
+
+
+def test_seeds_give_mostly_different_rooms():
+    rooms = {generate_room(seed).render() for seed in range(100)}
+    assert len(rooms) >= 90
+
+
+def test_newvocab_draws_the_same_rooms_with_other_symbols():
+    plain, newvocab = envs.make("sokoban"), envs.make("sokoban-newvocab")
+    swap = str.maketrans({DEFAULT_SYMBOLS[k]: NEW_VOCAB[k] for k in DEFAULT_SYMBOLS})
+    for seed in range(20):
+        assert newvocab.reset(seed) == plain.reset(seed).translate(swap)
+    assert "W wall" in newvocab.instructions()
+
+
+def test_the_action_budget_truncates():
+    env = envs.make("sokoban", max_actions=3)
+    env.reset(0)
+    results = replay(env, ["Left", "Left", "Left"])
+    assert [r.truncated for r in results] == [False, False, True]
+    assert not results[-1].terminated
+    with pytest.raises(envs.EpisodeOverError):
+        env.step("Up")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"height": 3, "width": 3, "num_boxes": 4}, r"height must be between 5 and 32, got 3"),
+        ({"num_boxes": 20}, r"num_boxes \(for a 6×6 room\) must be between 1 and 7, got 20"),
+        ({"num_boxes": 0}, r"num_boxes .* must be between 1 and 7, got 0"),
+        ({"symbols": {"wall": "#"}}, r"symbols must map each of wall, floor"),
+        ({"symbols": {**DEFAULT_SYMBOLS, "box": "#"}}, r"its own single"),
+        ({"max_actions": -1}, r"max_actions must be >= 1"),
+    ],
+)
+def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, message):
+    with pytest.raises(ValueError, match=message):
+        SokobanEnv(**options)
+
+
+def test_a_generator_that_cannot_succeed_raises_after_bounded_tries():
+    # A 5×5 room has a 3×3 inside: there is no room to pull 4 boxes off their targets.
+    with pytest.raises(GenerationError, match="max_tries=20"):
+        generate_room(0, 5, 5, 4, max_tries=20)
+    env = SokobanEnv(height=5, width=5, num_boxes=4, max_tries=5)
+    with pytest.raises(GenerationError):
+        env.reset(0)
+
+
+def test_room_text_errors():
+    with pytest.raises(ValueError, match="unknown room symbol"):
+        Room.from_text("#####\n#P?O#\n#####")
+    with pytest.raises(ValueError, match="one player"):
+        Room.from_text("#####\n#_XO#\n#####")
