@@ -146,6 +146,8 @@ def test_the_action_budget_truncates():
         ({"symbols": {"wall": "#"}}, r"symbols must map each of wall, floor"),
         ({"symbols": {**DEFAULT_SYMBOLS, "box": "#"}}, r"its own single"),
         ({"max_actions": -1}, r"max_actions must be >= 1"),
+        ({"pull_steps": 0}, r"pull_steps must be >= 1, got 0"),
+        ({"max_tries": 0}, r"max_tries must be >= 1, got 0"),
     ],
 )
 def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, message):

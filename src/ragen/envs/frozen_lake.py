@@ -95,34 +95,39 @@ def transition_table(rows: tuple[str, ...], slippery: bool = True) -> tuple:
     same map. The result is immutable (tuples), so sharing it is safe.
     """
     size = len(rows)
-
-    def outcome(row: int, col: int, action: int) -> tuple[int, int, bool]:
-        d_row, d_col = _MOVES[action]
-        r = min(max(row + d_row, 0), size - 1)
-        c = min(max(col + d_col, 0), size - 1)
-        tile = rows[r][c]
-        return r * size + c, int(tile == "G"), tile in "GH"
-
-    table = []
+    tiles = "".join(rows)
+    # Where each single move lands, computed once per (cell, direction): the slippery
+    # table then only picks three of them per action.
+    landing = []
     for row in range(size):
         for col in range(size):
-            state = row * size + col
-            per_action = []
-            for action in range(4):
-                if rows[row][col] in "GH":
-                    # An end tile is absorbing, as in gymnasium.
-                    per_action.append(((1.0, state, 0, True),))
-                elif slippery:
-                    tried = ((action - 1) % 4, action, (action + 1) % 4)
-                    per_action.append(
-                        tuple(
-                            (SUCCESS_RATE if b == action else SLIP_RATE, *outcome(row, col, b))
-                            for b in tried
-                        )
+            per_direction = []
+            for d_row, d_col in _MOVES:
+                cell = min(max(row + d_row, 0), size - 1) * size + min(
+                    max(col + d_col, 0), size - 1
+                )
+                per_direction.append((cell, int(tiles[cell] == "G"), tiles[cell] in "GH"))
+            landing.append(per_direction)
+
+    table = []
+    for state, tile in enumerate(tiles):
+        if tile in "GH":
+            # An end tile is absorbing, as in gymnasium.
+            table.append((((1.0, state, 0, True),),) * 4)
+        elif slippery:
+            moves = landing[state]
+            table.append(
+                tuple(
+                    (
+                        (SLIP_RATE, *moves[(action - 1) % 4]),
+                        (SUCCESS_RATE, *moves[action]),
+                        (SLIP_RATE, *moves[(action + 1) % 4]),
                     )
-                else:
-                    per_action.append(((1.0, *outcome(row, col, action)),))
-            table.append(tuple(per_action))
+                    for action in range(4)
+                )
+            )
+        else:
+            table.append(tuple(((1.0, *landing[state][action]),) for action in range(4)))
     return tuple(table)
 
 

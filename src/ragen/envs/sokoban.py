@@ -187,6 +187,16 @@ def check_room_options(height: int, width: int, num_boxes: int) -> None:
     check_int(f"num_boxes (for a {height}×{width} room)", num_boxes, 1, max_boxes(height, width))
 
 
+def check_generator_options(
+    carve_steps: int | None, pull_steps: int | None, max_tries: int
+) -> None:
+    if carve_steps is not None:
+        check_int("carve_steps", carve_steps, 1)
+    if pull_steps is not None:
+        check_int("pull_steps", pull_steps, 1)
+    check_int("max_tries", max_tries, 1)
+
+
 # --------------------------------------------------------------------------- generator
 
 
@@ -300,9 +310,11 @@ def generate_room(
     """
     check_int("seed", seed, 0)
     check_room_options(height, width, num_boxes)
-    carve_steps = check_int("carve_steps", carve_steps or int(1.7 * (height + width)), 1)
-    pull_steps = check_int("pull_steps", pull_steps or 8 * (height - 2) * (width - 2), 1)
-    check_int("max_tries", max_tries, 1)
+    check_generator_options(carve_steps, pull_steps, max_tries)
+    if carve_steps is None:
+        carve_steps = int(1.7 * (height + width))
+    if pull_steps is None:
+        pull_steps = 8 * (height - 2) * (width - 2)
     rng = np.random.default_rng(seed)
     # Upper bound on the floats one attempt uses: 3 + 2 per carving step + 1 per brush,
     # one per picked cell, one per pulling step.
@@ -416,6 +428,7 @@ class SokobanEnv:
         max_tries: int = 100,
     ) -> None:
         check_room_options(height, width, num_boxes)
+        check_generator_options(carve_steps, pull_steps, max_tries)
         self.symbols = check_symbols(symbols)
         self._generator_options = {
             "height": height,
