@@ -36,5 +36,21 @@ format: install
 test: lint
 	$(BIN)/python -m pytest
 
+# Benchmarks compare against the packages users would otherwise reach for; those live in
+# their own venv (gym-sokoban's __init__ imports the old gym), never in .venv.
+BENCH_VENV  := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.ragen-installed
+BENCH_PIP   := $(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q
+
+$(BENCH_STAMP): pyproject.toml Makefile
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PIP) install numpy 'gymnasium>=1.0' pyyaml
+	$(BENCH_PIP) install --no-deps gym-sokoban==0.0.6
+	$(BENCH_PIP) install --no-deps -e .
+	touch $@
+
+bench-envs: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/envs.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .ruff_cache

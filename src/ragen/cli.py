@@ -69,7 +69,9 @@ def _cmd_model_chat(args: argparse.Namespace) -> int:
         spec, text = args.words
     else:
         raise UsageError('usage: ragen model chat [SPEC] "text" (quote the text)')
-    model, tokenizer = models.load_policy(spec, dtype=args.dtype, allow_download=args.allow_download)
+    model, tokenizer = models.load_policy(
+        spec, dtype=args.dtype, allow_download=args.allow_download
+    )
     print(models.greedy_reply(model, tokenizer, text, max_new_tokens=args.max_new_tokens))
     return EXIT_OK
 
@@ -143,36 +145,68 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ragen {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    model = commands.add_parser("model", help="prepare, inspect and smoke-test a model")
+    model = commands.add_parser(
+        "model",
+        help="prepare, inspect and smoke-test a model",
+        description="prepare, inspect and smoke-test a model",
+    )
     model_cmds = model.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     spec_help = "smollm2-135m (default), tiny, a local HF model folder, or a Hub id"
-    p = model_cmds.add_parser("prepare", help="convert the embedded model to safetensors (once)")
+    p = model_cmds.add_parser(
+        "prepare",
+        help="convert the embedded model to safetensors (once)",
+        description="convert the embedded model to safetensors (once)",
+    )
     p.add_argument("spec", nargs="?", default="smollm2-135m", help=spec_help)
     p.add_argument("--force", action="store_true", help="convert again even if cached")
     p.set_defaults(func=_cmd_model_prepare)
-    p = model_cmds.add_parser("info", help="architecture, size, dtype, chat template, load time")
+    p = model_cmds.add_parser(
+        "info",
+        help="architecture, size, dtype, chat template, load time",
+        description="architecture, size, dtype, chat template, load time",
+    )
     p.add_argument("spec", nargs="?", default="smollm2-135m", help=spec_help)
     _model_args(p)
     p.set_defaults(func=_cmd_model_info)
-    p = model_cmds.add_parser("chat", help="print one greedy reply: ragen model chat [SPEC] TEXT")
+    p = model_cmds.add_parser(
+        "chat",
+        help="print one greedy reply: ragen model chat [SPEC] TEXT",
+        description="print one greedy reply: ragen model chat [SPEC] TEXT",
+    )
     p.add_argument("words", nargs="+", metavar="[SPEC] TEXT", help=f"SPEC: {spec_help}")
     p.add_argument("--max-new-tokens", type=_positive_int, default=128, help="reply budget")
     _model_args(p)
     p.set_defaults(func=_cmd_model_chat)
 
-    cfg = commands.add_parser("config", help="list presets and show resolved configs")
+    cfg = commands.add_parser(
+        "config",
+        help="list presets and show resolved configs",
+        description="list presets and show resolved configs",
+    )
     cfg_cmds = cfg.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    p = cfg_cmds.add_parser("show", help="print the resolved YAML of a preset plus overrides")
+    p = cfg_cmds.add_parser(
+        "show",
+        help="print the resolved YAML of a preset plus overrides",
+        description="print the resolved YAML of a preset plus overrides",
+    )
     p.add_argument("preset", help="preset name (see `ragen config list`) or a .yaml path")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.clip_high=0.28")
     p.add_argument("--doc", action="store_true", help="print each field's documentation")
     p.set_defaults(func=_cmd_config_show)
-    p = cfg_cmds.add_parser("list", help="the presets shipped with ragen")
+    p = cfg_cmds.add_parser(
+        "list", help="the presets shipped with ragen", description="the presets shipped with ragen"
+    )
     p.set_defaults(func=_cmd_config_list)
 
-    p = commands.add_parser("envs", help="list the environments")
+    p = commands.add_parser(
+        "envs", help="list the environments", description="list the environments"
+    )
     p.set_defaults(func=_cmd_envs)
-    p = commands.add_parser("play", help="play an environment in the terminal")
+    p = commands.add_parser(
+        "play",
+        help="play an environment in the terminal",
+        description="play an environment in the terminal",
+    )
     p.add_argument("name", help="environment name (see `ragen envs`)")
     p.add_argument("--seed", type=_non_negative_int, default=0, help="level seed")
     p.add_argument(

@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import importlib.util
 import inspect
+import itertools
 import math
 import types
 from dataclasses import dataclass, field
@@ -211,7 +212,7 @@ def field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs = {}
-    for node, nxt in zip(body, body[1:], strict=False):
+    for node, nxt in itertools.pairwise(body):
         is_doc = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_doc:
             docs[node.target.id] = " ".join(str(nxt.value.value).split())
@@ -237,6 +238,15 @@ def _allowed(tp: Any) -> str:
     )
 
 
+def _scalar_check(tp: Any) -> Any:
+    """A predicate for plain scalar types (bool is not an int here: true is no count)."""
+    return {
+        bool: lambda v: isinstance(v, bool),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        str: lambda v: isinstance(v, str),
+    }.get(tp)
+
+
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     """Check ``value`` against type ``tp``; return it converted (int → float, '1e-6' → float)."""
     bad = ConfigError(f"config: {key}={value!r} has the wrong type: must be {_allowed(tp)}")
@@ -246,7 +256,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             raise ConfigError(f"config: {key}={value!r} is not allowed: must be {_allowed(tp)}")
         return value
     if origin in (Union, types.UnionType):
-        inner = [a for a in get_args(tp) if a is not type(None)][0]
+        inner = next(a for a in get_args(tp) if a is not type(None))
         return None if value is None else _coerce(inner, value, key)
     if origin is list:
         if not isinstance(value, list):
@@ -256,21 +266,14 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad
         return dict(value)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise bad
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad
-        return value
     if tp is float:
         return _as_float(value, bad)
-    if tp is str:
-        if not isinstance(value, str):
-            raise bad
-        return value
-    raise TypeError(f"config schema uses an unsupported type {tp!r} at {key}")
+    check = _scalar_check(tp)
+    if check is None:
+        raise TypeError(f"config schema uses an unsupported type {tp!r} at {key}")
+    if not check(value):
+        raise bad
+    return value
 
 
 def _as_float(value: Any, bad: ConfigError) -> float:
@@ -331,8 +334,7 @@ def _check_ranges(obj: Any, prefix: str = "") -> None:
         if value is None:
             continue
         for op, bound in f.metadata.items():
-            test, symbol = ops[op]
-            if not test(value, bound):
+            if not ops[op][0](value, bound):
                 rule = " and ".join(f"{ops[o][1]} {b}" for o, b in f.metadata.items())
                 raise ConfigError(f"config: {key}={value!r} is out of range: must be {rule}")
 

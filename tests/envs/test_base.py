@@ -105,3 +105,9 @@ def test_option_errors_name_the_option_and_what_is_allowed():
         check_probability("p", 0, allow_zero=False)
     with pytest.raises(ValueError, match="p must be a number"):
         check_probability("p", "high")
+
+
+def test_unknown_option_is_refused_with_the_allowed_ones():
+    with pytest.raises(ValueError, match="bandit has no option 'num_arms'") as err:
+        envs.make("bandit", num_arms=3)
+    assert "allowed options: arm_names, high_risk" in str(err.value)

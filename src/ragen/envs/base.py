@@ -12,6 +12,7 @@ and `make("sokoban", height=8, width=8, num_boxes=2)` build the same game.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from numbers import Integral, Real
@@ -120,7 +121,20 @@ def spec(name: str) -> EnvSpec:
 def make(name: str, **options: Any) -> TextEnv:
     """Build the environment registered as `name`; `options` override its defaults."""
     entry = spec(name)
+    allowed = option_names(entry.factory)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"{name} has no option {', '.join(map(repr, unknown))}; "
+            f"allowed options: {', '.join(allowed)}"
+        )
     return entry.factory(**{**entry.defaults, **options})
+
+
+def option_names(factory: Callable[..., TextEnv]) -> list[str]:
+    """The keyword options a factory accepts (its named parameters)."""
+    params = inspect.signature(factory).parameters.values()
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 # --------------------------------------------------------------------------- helpers

@@ -240,4 +240,3 @@ class MetricsLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -1,0 +1,85 @@
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from ragen import config
+from ragen.cli import build_parser, main
+
+
+def _all_commands(parser, prefix=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name)
+                yield from _all_commands(sub, (*prefix, name))
+
+
+COMMANDS = [(), *_all_commands(build_parser())]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "ragen")
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ragen")
+    parser = build_parser()
+    for name in command:  # walk down to this command's own parser
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    assert parser.description and parser.description in " ".join(out.split())
+
+
+def test_expected_commands_exist():
+    assert {"model", "config", "envs", "play"} <= {c[0] for c in COMMANDS if c}
+    assert {("model", "prepare"), ("model", "info"), ("model", "chat")} <= set(COMMANDS)
+
+
+def test_console_script_is_installed():
+    out = subprocess.run(
+        [sys.executable, "-m", "ragen", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and out.stdout.startswith("ragen 0.")
+
+
+def test_config_show_prints_loadable_yaml(capsys, tmp_path):
+    assert main(["config", "show", "bandit", "algo.clip_high=0.3", "--doc"]) == 0
+    text = capsys.readouterr().out
+    assert "  clip_high: 0.3\n" in text and "  # PPO clip above" in text
+    path = tmp_path / "shown.yaml"
+    path.write_text(text)
+    assert config.load(str(path)) == config.load("bandit", ["algo.clip_high=0.3"])
+
+
+def test_config_list_names_every_preset(capsys):
+    assert main(["config", "list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == config.preset_names()
+
+
+def test_model_info_of_tiny(capsys, tiny):
+    assert main(["model", "info", "tiny", "--dtype", "float32"]) == 0
+    out = capsys.readouterr().out
+    assert "LlamaForCausalLM" in out and "3,219,776" in out and "load_seconds" in out
+
+
+def test_model_prepare_says_ready(capsys, embedded):
+    assert main(["model", "prepare"]) == 0
+    assert "ready in" in capsys.readouterr().out
+
+
+def test_bad_model_spec_exits_2(capsys):
+    assert main(["model", "chat", "gpt-5", "hello"]) == 2
+    assert "unknown model spec 'gpt-5'" in capsys.readouterr().err
+
+
+def test_envs_and_play(capsys):
+    assert main(["envs"]) == 0
+    assert "sokoban-large" in capsys.readouterr().out
+    assert main(["play", "bandit", "--seed", "3", "--actions", "Dragon"]) == 0
+    assert "Dragon" in capsys.readouterr().out
+    assert main(["play", "chess"]) == 2
+    assert "unknown environment 'chess'" in capsys.readouterr().err

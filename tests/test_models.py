@@ -1,0 +1,142 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen import models
+
+
+def test_resolve_embedded_points_into_ragen_home(ragen_home):
+    source = models.resolve("SmolLM2-135M")
+    assert source.kind == "embedded"
+    assert source.spec == "smollm2-135m"
+    assert source.path == Path(ragen_home) / "models" / "smollm2-135m"
+
+
+def test_resolve_tiny_local_and_hub(tmp_path):
+    assert models.resolve("tiny").kind == "tiny"
+    (tmp_path / "config.json").write_text("{}")
+    local = models.resolve(str(tmp_path))
+    assert (local.kind, local.path) == ("local", tmp_path)
+    assert models.resolve("Qwen/Qwen2.5-0.5B-Instruct").kind == "hub"
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [("gpt-5", "unknown model spec"), ("./no/such/dir", "unknown model spec")],
+)
+def test_resolve_refuses_unknown_specs(spec, needle):
+    with pytest.raises(models.ModelError, match=needle) as err:
+        models.resolve(spec)
+    assert "smollm2-135m" in str(err.value)  # the message lists what is accepted
+
+
+def test_folder_without_config_json_is_refused(tmp_path):
+    with pytest.raises(models.ModelError, match=r"config\.json"):
+        models.resolve(str(tmp_path))
+
+
+def test_hub_id_needs_opt_in_before_any_network():
+    with pytest.raises(models.ModelError, match="allow_download"):
+        models.load_tokenizer("Qwen/Qwen2.5-0.5B-Instruct")
+
+
+def test_resolve_dtype():
+    assert models.resolve_dtype("float32") is torch.float32
+    assert models.resolve_dtype("bfloat16") is torch.bfloat16
+    expected = torch.bfloat16 if models.bf16_supported("cpu") else torch.float32
+    assert models.resolve_dtype("auto") is expected
+    with pytest.raises(models.ModelError, match="float64"):
+        models.resolve_dtype("float64")
+
+
+def test_embedded_conversion_is_complete_and_done_once(embedded):
+    source = models.resolve("smollm2-135m")
+    folder = source.path
+    assert models.is_prepared(source)
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config  # the GGUF marker would block later saves
+    assert (folder / "model.safetensors").stat().st_size > 500e6  # float32, dequantised
+    marker = json.loads((folder / "ragen-converted.json").read_text())
+    assert marker["gguf_bytes"] == 98362432
+    before = (folder / "model.safetensors").stat().st_mtime_ns
+    models.prepare("smollm2-135m")
+    assert (folder / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_crashed_conversion_is_not_trusted(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGEN_HOME", str(tmp_path))
+    source = models.resolve("smollm2-135m")
+    source.path.mkdir(parents=True)
+    (source.path / "model.safetensors").write_bytes(b"half written")
+    assert not models.is_prepared(source)
+
+
+def test_embedded_model_facts(embedded):
+    model, tokenizer = embedded
+    facts = models.describe(model, tokenizer)
+    assert facts["architecture"] == "LlamaForCausalLM"
+    assert facts["parameters"] == 134_515_008
+    assert (facts["layers"], facts["hidden_size"], facts["vocab_size"]) == (30, 576, 49152)
+    assert facts["chat_template"] is True
+    assert tokenizer.padding_side == "left"
+    assert tokenizer.pad_token_id is not None
+
+
+def test_embedded_model_answers_sensibly(embedded):
+    model, tokenizer = embedded
+    reply = models.greedy_reply(model, tokenizer, "What is the capital of France?")
+    assert "Paris" in reply
+
+
+def test_tiny_model_is_small_seeded_and_runs(tiny):
+    model, tokenizer = tiny
+    assert model.config.num_hidden_layers == 2
+    assert model.config.hidden_size == 64
+    assert model.config.vocab_size == len(tokenizer) == 49152
+    again = models.build_tiny(len(tokenizer), seed=0)
+    other = models.build_tiny(len(tokenizer), seed=1)
+    weight = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.equal(model.state_dict()[weight], again.state_dict()[weight])
+    assert not torch.equal(model.state_dict()[weight], other.state_dict()[weight])
+    ids = torch.tensor([tokenizer("hello world")["input_ids"]])
+    assert model(ids).logits.shape == (1, ids.shape[1], 49152)
+
+
+def test_building_tiny_leaves_global_rng_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    models.build_tiny(1000, seed=5)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_any_local_hf_folder_loads(tiny, tmp_path):
+    model, tokenizer = tiny
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, loaded_tok = models.load_policy(str(tmp_path), dtype="float32")
+    ids = torch.tensor([tokenizer("a b c")["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, loaded(ids).logits)
+    assert loaded_tok("a b c")["input_ids"] == ids[0].tolist()
+
+
+def test_chat_command_runs_offline(embedded, ragen_home):
+    # Any network attempt would go to a dead local proxy and fail: loading must not try.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    dead = "http://127.0.0.1:9"
+    env.update(RAGEN_HOME=ragen_home, HTTP_PROXY=dead, HTTPS_PROXY=dead, ALL_PROXY=dead)
+    out = subprocess.run(
+        [sys.executable, "-m", "ragen", "model", "chat", "What is the capital of France?"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Paris" in out.stdout
