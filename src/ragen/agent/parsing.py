@@ -22,11 +22,12 @@ strict about structure but tolerant of chatter:
    from `valid_actions` is returned. Anything else is an unknown word: dropped, counted.
    Valid actions after the first `max_actions` are dropped and counted.
 5. Empty `valid_actions` means a free-text env: the whole stripped answer is the one action.
-6. Actions are returned only when the structure is right (rules 2-3 without a fatal code and
-   a non-empty answer), so `format_ok == bool(actions)` always: a turn either runs at least
-   one action or gets the format penalty, never half of each.
-7. Chatter does not cost the actions but is reported: non-blank text before the first tag,
-   between the blocks or after `</answer>` (`text_outside_tags`, or `repeated_think` /
+6. Actions are returned only when no FATAL code was found (`missing_think`,
+   `unclosed_think`, `missing_answer`, `unclosed_answer`, `empty_answer`), so
+   `format_ok == bool(actions)` always: a reply that runs no action is exactly one that
+   gets the format penalty and counts against the format-ok rate.
+7. Chatter does not cost the actions but is reported: non-blank text before the first
+   block, between the blocks or after `</answer>` (`text_outside_tags`, or `repeated_think` /
    `repeated_answer` when that text opens another block), and tags inside a block
    (`nested_tag`, e.g. the `<think><think>` a model writes when it repeats the prefix).
 """
@@ -47,8 +48,8 @@ PROBLEMS: dict[str, str] = {
     "unknown_action": "some answer pieces are not action words (dropped)",
     "extra_actions": "more than max_actions valid actions (the rest dropped)",
     "text_outside_tags": "non-blank text outside the think and answer blocks",
-    "repeated_think": "another <think> block outside the first one",
-    "repeated_answer": "another <answer> block after the first one",
+    "repeated_think": "a <think> tag outside the think block (any, with think=False)",
+    "repeated_answer": "an <answer> tag outside the answer block",
     "nested_tag": "a tag inside the think or answer block",
 }
 FATAL = frozenset(
@@ -75,7 +76,8 @@ class Parsed:
     """What one reply says, and what was wrong with it."""
 
     think: str
-    """Text inside <think>...</think>, stripped ('' if none or think=False)."""
+    """Text inside <think>...</think>, stripped; all text after an unclosed <think>; ''
+    when there is no <think> or think=False."""
     answer: str
     """Raw text inside <answer>...</answer>, stripped ('' if none)."""
     actions: tuple[str, ...]
