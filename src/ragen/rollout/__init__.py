@@ -1,0 +1,1 @@
+"""Multi-turn rollouts: generation backends, the episode loop and token trajectories."""

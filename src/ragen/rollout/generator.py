@@ -1,0 +1,369 @@
+"""Text generation backends for the rollout loop: a reference and a fast KV-cached path.
+
+Both backends take the whole dialogue of every episode as token ids and return the sampled
+reply tokens with their log-probs. They share the sampling rule and the stop rule, so they
+differ only in how they compute logits:
+
+- ``naive`` (the reference): every call re-prefills every context with ``model.generate``
+  (left padding, attention mask). Nothing is kept between calls.
+- ``hf`` (the default): the N identical prompts of a group are prefilled once and their keys
+  and values copied to the N rows; each episode's KV cache is kept between calls, so a later
+  turn prefills only the tokens appended since (the env segment); finished rows leave the
+  decode batch at once.
+
+Sampling is reproducible and independent of batching: row ``i`` of a call draws its noise
+from its own ``torch.Generator`` seeded from ``(seed, i)``, one draw per step (Gumbel-max),
+so neither ``max_batch`` nor which other rows finished early changes a row's sample. The
+caller should pass a different ``seed`` on every call (the loop uses one per turn).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+BACKENDS = ("naive",)
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+
+# Largest batch the automatic choice picks: beyond it a 2-core CPU gains nothing per token.
+_MAX_AUTO_BATCH = 64
+# Padded tokens per prefill forward: bounds the activation memory of one forward.
+_PREFILL_TOKEN_BUDGET = 16384
+# Share of free memory the decode batch's KV cache may take (the cache is copied each step).
+_MEMORY_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Request:
+    """One episode's dialogue so far, ending where the model must continue.
+
+    ``key`` names the episode: the same key on a later call means "this dialogue continued".
+    ``context_ids`` is the WHOLE dialogue as token ids (prompt, earlier replies, env text).
+    """
+
+    key: Hashable
+    context_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A sampled reply.
+
+    ``token_ids`` includes the stop token when one was sampled. ``logprobs[t]`` is the
+    log-prob of ``token_ids[t]`` under ``log_softmax(logits / temperature)`` (plain
+    ``log_softmax(logits)`` for temperature 0), before any top-p truncation. ``finish`` is
+    ``"stop"`` (an eos id or a stop string) or ``"length"`` (``max_new_tokens`` reached).
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish: str
+
+
+@dataclass
+class GenerationStats:
+    """Running totals of one generator, for benchmarks and tests."""
+
+    calls: int = 0
+    prefilled_tokens: int = 0  # context tokens run through the model before decoding
+    reused_tokens: int = 0  # context tokens whose keys/values came from a cache instead
+    generated_tokens: int = 0  # sampled reply tokens returned
+
+
+class Generator(Protocol):
+    """What the rollout loop needs from a text generator."""
+
+    stats: GenerationStats
+
+    def generate(
+        self,
+        requests: Sequence[Request],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> list[Sample]: ...
+
+    def release(self, keys: Iterable[Hashable]) -> None: ...
+
+
+def make_generator(
+    name: str,
+    model,
+    tokenizer,
+    *,
+    stop_strings: Sequence[str] = ("</answer>",),
+    max_batch: int | None = None,
+) -> Generator:
+    """Build the backend ``name`` ("hf" or "naive") over a transformers causal LM.
+
+    ``max_batch`` caps the rows decoded together; None picks it from free memory per call.
+    """
+    if max_batch is not None and max_batch < 1:
+        raise ValueError(f"max_batch must be a positive number of rows, got {max_batch}")
+    stopper = Stopper(tokenizer, eos_ids(model, tokenizer), stop_strings)
+    if name == "naive":
+        return NaiveGenerator(model, stopper, max_batch)
+    raise ValueError(f"unknown generator backend {name!r}: use one of {', '.join(BACKENDS)}")
+
+
+# ----------------------------------------------------------------------------- shared rules
+
+
+def eos_ids(model, tokenizer) -> frozenset[int]:
+    """The ids that end a reply: the tokenizer's eos and the model's generation-config eos."""
+    ids = {tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)}
+    flat: set[int] = set()
+    for value in ids:
+        if isinstance(value, int):
+            flat.add(value)
+        elif value is not None:
+            flat.update(value)
+    return frozenset(flat)
+
+
+class Stopper:
+    """Decides whether a reply has ended: an eos id, or a stop string in the decoded reply.
+
+    Checked after every sampled token, so a stop string that appears is always completed by
+    the newest token, which is kept (with any characters it carries past the string).
+    """
+
+    def __init__(self, tokenizer, eos: Iterable[int], stop_strings: Sequence[str]):
+        self.tokenizer = tokenizer
+        self.eos = frozenset(eos)
+        self.stop_strings = tuple(s for s in stop_strings if s)
+        # Every token decodes to at least one byte, so a stop string of n bytes lies within
+        # the last n tokens; one more absorbs a token split inside a UTF-8 character.
+        self.window = max((len(s.encode()) for s in self.stop_strings), default=0) + 1
+
+    def done(self, reply: Sequence[int]) -> bool:
+        if reply and reply[-1] in self.eos:
+            return True
+        if not self.stop_strings:
+            return False
+        tail = self.tokenizer.decode(reply[-self.window :], skip_special_tokens=False)
+        return any(s in tail for s in self.stop_strings)
+
+    def cut(self, reply: Sequence[int], max_new_tokens: int) -> tuple[int, str]:
+        """Length of ``reply`` up to its first stop, and the finish reason."""
+        for n in range(1, len(reply) + 1):
+            if self.done(reply[:n]):
+                return n, FINISH_STOP
+        if len(reply) < max_new_tokens:
+            raise RuntimeError(f"a reply of {len(reply)} < {max_new_tokens} tokens never stopped")
+        return len(reply), FINISH_LENGTH
+
+
+def row_generators(seed: int, rows: int) -> list[torch.Generator]:
+    """One noise stream per request row, seeded from (seed, row) and nothing else."""
+    # torch's CPU generator keeps only 32 bits of a seed, so (seed, row) is hashed into 32
+    # bits by SeedSequence rather than packed side by side (which would drop the seed).
+    states = [
+        np.random.SeedSequence([seed % 2**63, row]).generate_state(1)[0] for row in range(rows)
+    ]
+    return [torch.Generator().manual_seed(int(state)) for state in states]
+
+
+def choose(
+    logits: torch.Tensor, generators: Sequence[torch.Generator], temperature: float, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row and its log-prob.
+
+    logits: (B, V); one generator per row. Returns tokens (B,) long and logprobs (B,) float32.
+    Temperature 0 is argmax (no noise drawn). Otherwise Gumbel-max over the top-p nucleus of
+    ``softmax(logits / temperature)``: the same as sampling from the renormalised nucleus.
+    """
+    logits = logits.float()
+    if temperature <= 0:
+        tokens = logits.argmax(-1)  # (B,)
+        logprobs = torch.log_softmax(logits, -1)  # (B, V)
+    else:
+        logprobs = torch.log_softmax(logits / temperature, -1)  # (B, V)
+        vocab = logits.shape[-1]
+        uniform = torch.stack([torch.rand(vocab, generator=g) for g in generators])  # (B, V)
+        gumbel = -torch.log(-torch.log(uniform))
+        tokens = (_nucleus(logprobs, top_p) + gumbel).argmax(-1)  # (B,)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _nucleus(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """logprobs (B, V) with -inf outside the smallest set of top tokens holding ``top_p``."""
+    if top_p >= 1.0:
+        return logprobs
+    sorted_lp, order = logprobs.sort(-1, descending=True)  # (B, V)
+    probs = sorted_lp.exp()
+    # A token is dropped when the tokens ranked above it already hold top_p (the top one never).
+    drop_sorted = probs.cumsum(-1) - probs >= top_p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logprobs.masked_fill(drop, float("-inf"))
+
+
+def _check_call(requests: Sequence[Request], max_new_tokens: int, temperature: float, top_p):
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    keys = [r.key for r in requests]
+    if len(set(keys)) != len(keys):
+        raise ValueError("two requests share a key: each episode may appear once per call")
+    for r in requests:
+        if not r.context_ids:
+            raise ValueError(f"request {r.key!r} has no context tokens to continue")
+
+
+def _pad_id(model, stopper: Stopper) -> int:
+    pad = getattr(model.generation_config, "pad_token_id", None)
+    if pad is None:
+        pad = stopper.tokenizer.pad_token_id
+    if pad is None:
+        pad = min(stopper.eos) if stopper.eos else 0
+    return int(pad)
+
+
+def _left_pad(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows → ids (B, T) padded on the left with ``pad``, and their mask (B, T)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        mask[b, width - len(row) :] = 1
+    return ids, mask
+
+
+def _kv_bytes_per_token(model) -> int:
+    config = model.config.get_text_config()
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    item = next(model.parameters()).element_size()
+    return config.num_hidden_layers * 2 * heads * head_dim * item
+
+
+def _free_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30  # no way to ask (not Linux): assume a modest machine
+
+
+def auto_max_batch(model, longest_tokens: int) -> int:
+    """Rows whose KV caches (held about three times over while decoding) fit in free memory."""
+    per_row = 3 * _kv_bytes_per_token(model) * max(longest_tokens, 1)
+    fit = int(_free_memory(model.device) * _MEMORY_SHARE // per_row)
+    return max(1, min(_MAX_AUTO_BATCH, fit))
+
+
+# ----------------------------------------------------------------------------- naive backend
+
+
+class NaiveGenerator:
+    """The reference: ``model.generate`` over the full contexts on every call, nothing kept."""
+
+    def __init__(self, model, stopper: Stopper, max_batch: int | None = None):
+        self.model, self.stopper, self.max_batch = model, stopper, max_batch
+        self.stats = GenerationStats()
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        requests: Sequence[Request],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> list[Sample]:
+        _check_call(requests, max_new_tokens, temperature, top_p)
+        self.stats.calls += 1
+        generators = row_generators(seed, len(requests))
+        longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
+        size = self.max_batch or auto_max_batch(self.model, longest)
+        samples: list[Sample] = []
+        for start in range(0, len(requests), size):
+            chunk = slice(start, start + size)
+            samples += self._chunk(
+                requests[chunk], generators[chunk], max_new_tokens, temperature, top_p
+            )
+        self.stats.generated_tokens += sum(len(s.token_ids) for s in samples)
+        return samples
+
+    def release(self, keys: Iterable[Hashable]) -> None:
+        """Nothing is cached, so nothing to forget."""
+
+    def _chunk(self, requests, generators, max_new_tokens, temperature, top_p) -> list[Sample]:
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+        pad = _pad_id(self.model, self.stopper)
+        ids, mask = _left_pad([r.context_ids for r in requests], pad)  # (B, T) each
+        self.stats.prefilled_tokens += int(mask.sum())
+        device = self.model.device
+        # A fresh config, so no sampling or penalty default of the model's own config applies.
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+            eos_token_id=sorted(self.stopper.eos) or None,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        # Greedy is HF's own argmax; sampling forces the shared rule's pick through greedy.
+        processors = LogitsProcessorList(
+            [_ForcedChoice(generators, temperature, top_p)] if temperature > 0 else []
+        )
+        out = self.model.generate(
+            ids.to(device),
+            attention_mask=mask.to(device),
+            generation_config=config,
+            logits_processor=processors,
+            stopping_criteria=StoppingCriteriaList([_StopCriterion(self.stopper, ids.shape[1])]),
+        )
+        replies = out.sequences[:, ids.shape[1] :].cpu()  # (B, S)
+        step_logprobs = [  # S tensors (B,): log-prob of each step's token, raw logits rescaled
+            torch.log_softmax(logits.float() / (temperature or 1.0), -1)
+            .gather(-1, replies[:, t, None].to(logits.device))
+            .squeeze(-1)
+            .cpu()
+            for t, logits in enumerate(out.logits)
+        ]
+        logprobs = torch.stack(step_logprobs, 1)  # (B, S)
+        samples = []
+        for b in range(len(requests)):
+            n, finish = self.stopper.cut(replies[b].tolist(), max_new_tokens)
+            samples.append(Sample(replies[b, :n].tolist(), logprobs[b, :n].tolist(), finish))
+        return samples
+
+
+class _ForcedChoice:
+    """A logits processor that samples with :func:`choose` and leaves only that token."""
+
+    def __init__(self, generators, temperature: float, top_p: float):
+        self.generators, self.temperature, self.top_p = generators, temperature, top_p
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        tokens, _ = choose(scores, self.generators, self.temperature, self.top_p)
+        forced = torch.full_like(scores, float("-inf"))  # (B, V)
+        return forced.scatter(-1, tokens[:, None], 0.0)
+
+
+class _StopCriterion:
+    """Ends ``model.generate`` rows with the shared stop rule (eos or stop string)."""
+
+    def __init__(self, stopper: Stopper, prompt_len: int):
+        self.stopper, self.prompt_len = stopper, prompt_len
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        replies = input_ids[:, self.prompt_len :].tolist()
+        done = [self.stopper.done(r) for r in replies]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)  # (B,)
