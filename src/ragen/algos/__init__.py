@@ -1,0 +1,57 @@
+"""RL math of ragen as pure tensor functions: advantage estimators, losses, group filtering.
+
+Nothing here reads a config or knows an environment; the trainer passes tensors and floats.
+"""
+
+from ragen.algos.advantages import (
+    ESTIMATORS,
+    NEEDS_CRITIC,
+    bi_level_gae,
+    discounted_suffix_sum,
+    estimate,
+    gae,
+    grpo,
+    reinforce_pp,
+    rloo,
+)
+from ragen.algos.filtering import FILTER_MODES, group_std, kept_count, select_groups
+from ragen.algos.losses import (
+    AGG_MODES,
+    KL_KINDS,
+    aggregate,
+    entropy_from_logits,
+    explained_variance,
+    kl_penalty,
+    logprobs_and_entropy,
+    masked_mean,
+    policy_loss,
+    token_logprobs,
+    value_loss,
+)
+
+__all__ = [
+    "AGG_MODES",
+    "ESTIMATORS",
+    "FILTER_MODES",
+    "KL_KINDS",
+    "NEEDS_CRITIC",
+    "aggregate",
+    "bi_level_gae",
+    "discounted_suffix_sum",
+    "entropy_from_logits",
+    "estimate",
+    "explained_variance",
+    "gae",
+    "group_std",
+    "grpo",
+    "kept_count",
+    "kl_penalty",
+    "logprobs_and_entropy",
+    "masked_mean",
+    "policy_loss",
+    "reinforce_pp",
+    "rloo",
+    "select_groups",
+    "token_logprobs",
+    "value_loss",
+]

@@ -1,0 +1,499 @@
+"""Advantage estimators for multi-turn trajectories stored as one token row each.
+
+Shapes: ``B`` episodes, ``T`` token positions (right padded). ``mask`` (B, T) is 1 on the
+tokens the policy sampled (the replies) and 0 on prompt, environment, template and padding
+tokens. Every token-level estimator treats a row as the sequence of its *sampled* tokens
+only: the recursion steps from one sampled token to the previous sampled token, so values
+and rewards at masked positions never enter the result, and discounting counts sampled
+tokens, not positions. Outputs are 0 at masked positions.
+
+Values follow the usual critic convention: ``values[b, t]`` estimates the return from the
+state just before token ``t`` is generated.
+
+All estimators share one keyword call shape through :data:`ESTIMATORS` / :func:`estimate`, so
+a trainer picks one by name. Sequence-level estimators (grpo, rloo) broadcast their (B,)
+advantage over each row's sampled tokens. :data:`NEEDS_CRITIC` names the ones that use values.
+
+Internally everything is computed on a packed layout (sampled tokens moved to the front of
+each row) with a blocked matrix form of the discounted suffix sum, so no Python loop runs over
+T; the tests check each estimator against a plain per-token loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "ESTIMATORS",
+    "NEEDS_CRITIC",
+    "bi_level_gae",
+    "discounted_suffix_sum",
+    "estimate",
+    "gae",
+    "grpo",
+    "reinforce_pp",
+    "rloo",
+]
+
+
+def _work_dtype(device: torch.device) -> torch.dtype:
+    """float64 for the scans (exact enough to ignore rounding), where the device has it."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def _out_dtype(*tensors: Tensor) -> torch.dtype:
+    """At least float32, else the widest floating dtype among the inputs."""
+    dtype = torch.float32
+    for t in tensors:
+        if t.is_floating_point():
+            dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+# ------------------------------------------------------------------------------------ scans
+
+
+def discounted_suffix_sum(x: Tensor, discount: float, block: int = 128) -> Tensor:
+    """``y[..., k] = sum_{j >= k} discount**(j - k) * x[..., j]`` along the last dim.
+
+    Args:
+        x: (..., K) floating tensor.
+        discount: factor in [0, 1].
+        block: length of the blocks of the matrix form (memory O(block**2 + (K/block)**2)).
+
+    Returns:
+        (..., K) tensor, same dtype as ``x``.
+
+    Vectorised, no loop over K: inside each block of ``L`` entries the suffix sums are one
+    matmul with the (L, L) upper-triangular matrix ``discount**(j - i)``; the sum that
+    continues past a block's end is the suffix sum at the next block's start, which a second
+    matmul over block heads supplies.
+    """
+    if not 0.0 <= discount <= 1.0:
+        raise ValueError(f"discount must lie in [0, 1], got {discount}")
+    size = x.shape[-1]
+    if size == 0:
+        return x.clone()
+    lead = x.shape[:-1]
+    length = min(block, size)
+    blocks = math.ceil(size / length)
+    xb = torch.nn.functional.pad(x.reshape(-1, size), (0, blocks * length - size))
+    xb = xb.view(-1, blocks, length)  # (R, nb, L)
+
+    def powers(n: int, base: float) -> Tensor:
+        """(n, n) matrix m[j, i] = base**(j - i) for j >= i, else 0."""
+        idx = torch.arange(n, device=x.device)
+        gap = idx[:, None] - idx[None, :]
+        full = torch.pow(torch.tensor(base, dtype=x.dtype, device=x.device), gap.clamp(min=0))
+        return torch.where(gap >= 0, full, torch.zeros((), dtype=x.dtype, device=x.device))
+
+    inner = xb @ powers(length, discount)  # (R, nb, L): suffix sums within each block
+    heads = inner[..., 0] @ powers(blocks, discount**length)  # (R, nb): full sum from each start
+    carry = torch.nn.functional.pad(heads[:, 1:], (0, 1))  # (R, nb): sum from the next block
+    offset = torch.arange(length, device=x.device)
+    decay = torch.pow(torch.tensor(discount, dtype=x.dtype, device=x.device), length - offset)
+    out = inner + carry[..., None] * decay  # (R, nb, L)
+    return out.reshape(-1, blocks * length)[:, :size].reshape(*lead, size)
+
+
+def _pack(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Sampled positions of each row moved to the front, in order.
+
+    Args:
+        mask: (B, T), nonzero on sampled tokens.
+
+    Returns:
+        idx (B, K) long: position of the k-th sampled token (K = most sampled tokens in a row;
+        slots past a row's count point at its unsampled positions);
+        valid (B, K) bool: slot k holds a sampled token.
+    """
+    sampled = mask != 0
+    counts = sampled.sum(dim=1)
+    width = int(counts.max()) if sampled.numel() else 0
+    order = torch.argsort((~sampled).to(torch.int8), dim=1, stable=True)  # sampled first
+    idx = order[:, :width]
+    valid = torch.arange(width, device=mask.device)[None, :] < counts[:, None]
+    return idx, valid
+
+
+def _gather(x: Tensor, idx: Tensor, valid: Tensor, dtype: torch.dtype) -> Tensor:
+    """x (B, T) read at idx (B, K); 0 on invalid slots (even where x is not finite)."""
+    picked = x.gather(1, idx).to(dtype)
+    return torch.where(valid, picked, torch.zeros((), dtype=dtype, device=x.device))
+
+
+def _unpack(packed: Tensor, idx: Tensor, valid: Tensor, like: Tensor, dtype: torch.dtype) -> Tensor:
+    """Inverse of the packing: (B, K) slots written back to (B, T), 0 elsewhere."""
+    out = torch.zeros(like.shape, dtype=dtype, device=like.device)
+    zero = torch.zeros((), dtype=packed.dtype, device=packed.device)
+    return out.scatter(1, idx, torch.where(valid, packed, zero).to(dtype))
+
+
+def _shift_left(x: Tensor) -> Tensor:
+    """(..., K) -> (..., K): x[..., k + 1], with 0 after the end."""
+    return torch.nn.functional.pad(x[..., 1:], (0, 1))
+
+
+def _check_shapes(**tensors: Tensor) -> None:
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    if len(set(shapes.values())) != 1 or len(next(iter(shapes.values()))) != 2:
+        raise ValueError(f"expected tensors of one (B, T) shape, got {shapes}")
+
+
+# ------------------------------------------------------------------------------ token level
+
+
+def gae(
+    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation over the sampled tokens of each row.
+
+    Args:
+        rewards: (B, T) per-token rewards; only entries on sampled tokens count.
+        values: (B, T) critic values; only entries on sampled tokens count.
+        mask: (B, T) 1 on sampled tokens, 0 elsewhere.
+        gamma, lam: discount and GAE lambda, per sampled token.
+
+    Returns:
+        advantages (B, T) and returns (B, T) = advantages + values, both 0 where mask == 0.
+
+    Definition. Let t_1 < ... < t_K be the sampled positions of a row. With
+    ``V_next(t_k) = V(t_{k+1})`` for k < K and ``V_next(t_K) = 0`` (the episode is over after
+    its last sampled token: terminal or truncated, nothing is bootstrapped),
+    ``delta_k = r(t_k) + gamma * V_next(t_k) - V(t_k)`` and
+    ``A(t_k) = delta_k + gamma * lam * A(t_{k+1})`` with ``A(t_{K+1}) = 0``. Environment
+    tokens between two replies are skipped, not stepped through: they carry no value, no
+    reward and no discount.
+    """
+    _check_shapes(rewards=rewards, values=values, mask=mask)
+    work, out = _work_dtype(rewards.device), _out_dtype(rewards, values)
+    idx, valid = _pack(mask)
+    r = _gather(rewards, idx, valid, work)  # (B, K)
+    v = _gather(values, idx, valid, work)  # (B, K)
+    delta = torch.where(valid, r + gamma * _shift_left(v) - v, torch.zeros_like(v))
+    adv = discounted_suffix_sum(delta, gamma * lam)  # (B, K)
+    advantages = _unpack(adv, idx, valid, rewards, out)
+    returns = _unpack(adv + v, idx, valid, rewards, out)
+    return advantages, returns
+
+
+def _masked_whiten(x: Tensor, valid: Tensor, eps: float) -> Tensor:
+    """(x - mean) / (std + eps) over the valid entries (population std); 0 where invalid,
+    and 0 everywhere when the valid entries are all equal (or fewer than two)."""
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    n = valid.sum()
+    if n == 0:
+        return torch.zeros_like(x)
+    mean = torch.where(valid, x, zero).sum() / n
+    centred = torch.where(valid, x - mean, zero)
+    std = (centred.square().sum() / n).sqrt()
+    hi = torch.where(valid, x, torch.full_like(x, -math.inf)).max()
+    lo = torch.where(valid, x, torch.full_like(x, math.inf)).min()
+    if hi == lo:
+        return torch.zeros_like(x)
+    return centred / (std + eps)
+
+
+def reinforce_pp(
+    rewards: Tensor, mask: Tensor, gamma: float, eps: float = 1e-6
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++: discounted return-to-go per sampled token, whitened over the batch.
+
+    Args:
+        rewards: (B, T) per-token rewards (only sampled tokens count). A per-token KL penalty,
+            if used, is folded into these rewards by the caller beforehand.
+        mask: (B, T) 1 on sampled tokens.
+        gamma: discount per sampled token.
+        eps: added to the std before dividing.
+
+    Returns:
+        advantages (B, T) and returns (B, T), 0 where mask == 0.
+
+    Definition. ``G(t_k) = sum_{j >= k} gamma**(j - k) r(t_j)`` over the row's sampled tokens
+    (env tokens skipped, as in :func:`gae`); returns = G. Advantages are G whitened over all
+    sampled tokens of the batch: ``(G - mean) / (std + eps)`` with the population mean and
+    std over those tokens; all zeros when every sampled token has the same G.
+    """
+    _check_shapes(rewards=rewards, mask=mask)
+    work, out = _work_dtype(rewards.device), _out_dtype(rewards)
+    idx, valid = _pack(mask)
+    ret = discounted_suffix_sum(_gather(rewards, idx, valid, work), gamma)  # (B, K)
+    adv = _masked_whiten(ret, valid, eps)
+    return _unpack(adv, idx, valid, rewards, out), _unpack(ret, idx, valid, rewards, out)
+
+
+def _turn_starts(idx: Tensor, valid: Tensor, turn_ids: Tensor | None) -> Tensor:
+    """(B, K) bool: packed slot k opens a new turn.
+
+    Without ``turn_ids`` a turn is a maximal run of consecutive sampled positions (replies
+    are always separated by environment / template tokens). With ``turn_ids`` (B, T) a turn
+    starts wherever the id differs from that of the previous sampled token.
+    """
+    first = torch.zeros_like(valid)
+    first[:, :1] = True
+    if turn_ids is None:
+        breaks = idx != torch.nn.functional.pad(idx[:, :-1] + 1, (1, 0), value=-1)
+    else:
+        tid = turn_ids.gather(1, idx)
+        breaks = tid != torch.nn.functional.pad(tid[:, :-1], (1, 0))
+    return valid & (first | breaks)
+
+
+def bi_level_gae(
+    rewards: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    gamma: float,
+    lam: float,
+    turn_gamma: float,
+    turn_lam: float,
+    turn_ids: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Bi-level GAE: GAE across turns, then GAE over the tokens inside each turn.
+
+    Args:
+        rewards: (B, T) per-token rewards (only sampled tokens count).
+        values: (B, T) critic values (only sampled tokens count).
+        mask: (B, T) 1 on sampled tokens.
+        gamma, lam: token-level discount and lambda inside a turn.
+        turn_gamma, turn_lam: turn-level discount (RAGEN: about 0.95) and lambda.
+        turn_ids: optional (B, T) integer turn index per token; by default each maximal run
+            of consecutive sampled tokens is one turn (one reply).
+
+    Returns:
+        advantages (B, T) and returns (B, T) = advantages + values, 0 where mask == 0.
+
+    Definition, per row with turns k = 1..n. Turn k has sampled tokens u_1 < ... < u_m, its
+    last token e_k = u_m, its reward ``R_k`` = the sum of the rewards on its sampled tokens
+    (both reward placements put a turn's reward on e_k; a reward elsewhere in the turn counts
+    as if it sat on e_k) and its value ``W_k = V(e_k)``.
+
+    1. Turn level: ``D_k = R_k + turn_gamma * W_{k+1} - W_k`` with ``W_{n+1} = 0``, and
+       ``A^turn_k = D_k + turn_gamma * turn_lam * A^turn_{k+1}`` (``A^turn_{n+1} = 0``).
+       The turn target is ``G_k = A^turn_k + W_k``.
+    2. Token level inside turn k, seeded with the turn-level advantage at its last token:
+       ``A(e_k) = A^turn_k``, and for i < m
+       ``A(u_i) = gamma * V(u_{i+1}) - V(u_i) + gamma * lam * A(u_{i+1})``.
+       Nothing crosses a turn boundary at token level; the next turn enters only through
+       ``G``. With lam = 1 this is ``A(u_i) = gamma**(m - i) * G_k - V(u_i)``: each token is
+       bootstrapped from its turn's target.
+
+    With gamma = lam = turn_gamma = turn_lam = 1 and rewards on turn ends only, it equals
+    :func:`gae` with gamma = lam = 1.
+    """
+    _check_shapes(rewards=rewards, values=values, mask=mask)
+    if turn_ids is not None:
+        _check_shapes(rewards=rewards, turn_ids=turn_ids)
+    work, out = _work_dtype(rewards.device), _out_dtype(rewards, values)
+    idx, valid = _pack(mask)
+    rows, width = idx.shape
+    if width == 0:
+        zeros = torch.zeros(rewards.shape, dtype=out, device=rewards.device)
+        return zeros, zeros.clone()
+    r = _gather(rewards, idx, valid, work)  # (B, K)
+    v = _gather(values, idx, valid, work)  # (B, K)
+
+    # Packed slot -> (turn, offset in turn), then a turn-major layout (B, n, m) per row.
+    starts = _turn_starts(idx, valid, turn_ids)  # (B, K)
+    turn = starts.long().cumsum(dim=1) - 1  # (B, K) turn index of each slot
+    slot = torch.arange(width, device=idx.device).expand(rows, width)
+    offset = slot - torch.where(starts, slot, torch.zeros_like(slot)).cummax(dim=1).values
+    turns, span = int(turn.max()) + 1, int(offset.max()) + 1
+    flat = torch.where(valid, turn * span + offset, turns * span)  # invalid -> spill column
+
+    def to_turns(x: Tensor) -> Tensor:  # (B, K) -> (B, n, m)
+        grid = torch.zeros(rows, turns * span + 1, dtype=x.dtype, device=x.device)
+        return grid.scatter(1, flat, x)[:, :-1].view(rows, turns, span)
+
+    vt, rt = to_turns(v), to_turns(r)  # (B, n, m)
+    present = to_turns(valid.to(work)) > 0  # (B, n, m)
+    length = present.sum(dim=2)  # (B, n) tokens per turn
+    has_turn = length > 0  # (B, n)
+    last = (length - 1).clamp(min=0)  # (B, n)
+    w = vt.gather(2, last[..., None]).squeeze(2) * has_turn  # (B, n) W_k
+    d = torch.where(has_turn, rt.sum(dim=2) + turn_gamma * _shift_left(w) - w, 0.0)
+    adv_turn = discounted_suffix_sum(d, turn_gamma * turn_lam)  # (B, n) A^turn_k
+
+    inner = present & (torch.arange(span, device=idx.device) < last[..., None])  # not e_k
+    delta = torch.where(inner, gamma * _shift_left(vt) - vt, 0.0)  # (B, n, m)
+    delta = delta.scatter(2, last[..., None], adv_turn[..., None] * has_turn[..., None])
+    adv_tok = discounted_suffix_sum(delta, gamma * lam)  # (B, n, m)
+
+    adv = adv_tok.view(rows, -1).gather(1, flat.clamp(max=turns * span - 1))  # (B, K)
+    advantages = _unpack(adv, idx, valid, rewards, out)
+    returns = _unpack(adv + v, idx, valid, rewards, out)
+    return advantages, returns
+
+
+# --------------------------------------------------------------------------- sequence level
+
+
+def _groups(scores: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-episode group statistics, each (B,): (group index 0..G-1, group size, group mean,
+    constant) where ``constant`` is True when every score of the episode's group is equal."""
+    if scores.dim() != 1 or group_ids.shape != scores.shape:
+        raise ValueError(
+            f"scores and group_ids must both be (B,), got {tuple(scores.shape)} "
+            f"and {tuple(group_ids.shape)}"
+        )
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    n = int(inverse.max()) + 1 if inverse.numel() else 0
+    count = torch.zeros(n, dtype=scores.dtype, device=scores.device).index_add(
+        0, inverse, torch.ones_like(scores)
+    )
+    total = torch.zeros(n, dtype=scores.dtype, device=scores.device).index_add(0, inverse, scores)
+    hi = torch.full((n,), -math.inf, dtype=scores.dtype, device=scores.device)
+    lo = torch.full((n,), math.inf, dtype=scores.dtype, device=scores.device)
+    hi = hi.scatter_reduce(0, inverse, scores, reduce="amax")
+    lo = lo.scatter_reduce(0, inverse, scores, reduce="amin")
+    return inverse, count[inverse], (total / count)[inverse], (hi == lo)[inverse]
+
+
+def grpo(scores: Tensor, group_ids: Tensor, norm_by_std: bool = True, eps: float = 1e-6) -> Tensor:
+    """Group-relative advantages (GRPO).
+
+    Args:
+        scores: (B,) episode returns.
+        group_ids: (B,) integer group of each episode (episodes of a group share their
+            initial state); ids need not be contiguous or sorted.
+        norm_by_std: divide the centred score by the group's std.
+        eps: added to the std before dividing.
+
+    Returns:
+        (B,) ``A_i = (s_i - mean_g) / (std_g + eps)`` (or ``s_i - mean_g``), with mean_g and
+        std_g the population mean and std (divide by N) of the episode's group. A group
+        whose scores are all equal, one-member groups included, gets exactly 0.
+    """
+    work = _work_dtype(scores.device)
+    s = scores.to(work)
+    inverse, count, mean, constant = _groups(s, group_ids)
+    centred = s - mean
+    if norm_by_std:
+        var = torch.zeros_like(s).index_add(0, inverse, centred.square())[inverse] / count
+        centred = centred / (var.sqrt() + eps)
+    return torch.where(constant, torch.zeros_like(s), centred).to(_out_dtype(scores))
+
+
+def rloo(scores: Tensor, group_ids: Tensor) -> Tensor:
+    """REINFORCE leave-one-out advantages.
+
+    Args:
+        scores: (B,) episode returns.
+        group_ids: (B,) integer group of each episode.
+
+    Returns:
+        (B,) ``A_i = s_i - mean_{j in g, j != i} s_j = N / (N - 1) * (s_i - mean_g)``;
+        0 for one-member groups (no baseline to compare with) and constant groups.
+    """
+    work = _work_dtype(scores.device)
+    s = scores.to(work)
+    _, count, mean, constant = _groups(s, group_ids)
+    adv = (s - mean) * count / (count - 1).clamp(min=1)
+    return torch.where(constant | (count < 2), torch.zeros_like(s), adv).to(_out_dtype(scores))
+
+
+# ------------------------------------------------------------------------------- registry
+
+Estimator = Callable[..., tuple[Tensor, Tensor]]
+
+
+def _need(name: str, **inputs: Tensor | None) -> None:
+    missing = [key for key, value in inputs.items() if value is None]
+    if missing:
+        raise ValueError(f"estimator {name!r} needs {', '.join(missing)}; pass them to estimate()")
+
+
+def _broadcast(adv: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(B,) -> (B, T) over the sampled tokens; returns = advantages (no critic)."""
+    out = torch.where(mask != 0, adv[:, None], torch.zeros((), dtype=adv.dtype))
+    return out, out.clone()
+
+
+def _est_gae(*, rewards, values, mask, gamma, lam, **_) -> tuple[Tensor, Tensor]:
+    _need("gae", values=values)
+    return gae(rewards, values, mask, gamma, lam)
+
+
+def _est_bi_level(
+    *, rewards, values, mask, turn_ids, gamma, lam, turn_gamma, turn_lam, **_
+) -> tuple[Tensor, Tensor]:
+    _need("bi_level_gae", values=values)
+    return bi_level_gae(rewards, values, mask, gamma, lam, turn_gamma, turn_lam, turn_ids)
+
+
+def _est_grpo(*, mask, scores, group_ids, norm_by_std, **_) -> tuple[Tensor, Tensor]:
+    _need("grpo", scores=scores, group_ids=group_ids)
+    return _broadcast(grpo(scores, group_ids, norm_by_std), mask)
+
+
+def _est_rloo(*, mask, scores, group_ids, **_) -> tuple[Tensor, Tensor]:
+    _need("rloo", scores=scores, group_ids=group_ids)
+    return _broadcast(rloo(scores, group_ids), mask)
+
+
+def _est_reinforce_pp(*, rewards, mask, gamma, **_) -> tuple[Tensor, Tensor]:
+    return reinforce_pp(rewards, mask, gamma)
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "gae": _est_gae,
+    "bi_level_gae": _est_bi_level,
+    "grpo": _est_grpo,
+    "rloo": _est_rloo,
+    "reinforce_pp": _est_reinforce_pp,
+}
+"""Name -> estimator, all called with the keyword arguments of :func:`estimate`."""
+
+NEEDS_CRITIC: frozenset[str] = frozenset({"gae", "bi_level_gae"})
+"""Estimators that read ``values`` (the trainer runs a critic only for these)."""
+
+
+def estimate(
+    name: str,
+    *,
+    rewards: Tensor,
+    mask: Tensor,
+    values: Tensor | None = None,
+    scores: Tensor | None = None,
+    group_ids: Tensor | None = None,
+    turn_ids: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    turn_gamma: float = 0.95,
+    turn_lam: float | None = None,
+    norm_by_std: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Advantages and returns by estimator name, one call shape for all.
+
+    Args:
+        name: a key of :data:`ESTIMATORS`.
+        rewards, mask: (B, T) per-token rewards and the sampled-token mask.
+        values: (B, T) critic values (gae, bi_level_gae).
+        scores, group_ids: (B,) episode returns and groups (grpo, rloo).
+        turn_ids: optional (B, T) turn index per token (bi_level_gae).
+        gamma, lam, turn_gamma: discounts and lambda; turn_lam defaults to lam.
+        norm_by_std: grpo divides by the group std.
+
+    Returns:
+        advantages (B, T) and returns (B, T), 0 where mask == 0. Sequence-level estimators
+        put their (B,) advantage on every sampled token of the row, and returns = advantages.
+    """
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
+    return ESTIMATORS[name](
+        rewards=rewards,
+        mask=mask,
+        values=values,
+        scores=scores,
+        group_ids=group_ids,
+        turn_ids=turn_ids,
+        gamma=gamma,
+        lam=lam,
+        turn_gamma=turn_gamma,
+        turn_lam=lam if turn_lam is None else turn_lam,
+        norm_by_std=norm_by_std,
+    )
