@@ -6,15 +6,142 @@ SmolLM2 for chat-templated dialogues. Greedy tokens must match exactly.
 
 from __future__ import annotations
 
+import math
+import random
+
+import pytest
 import torch
 
+from ragen import models
 from ragen.rollout.generator import (
+    Request,
     Stopper,
     choose,
+    make_generator,
     row_generators,
 )
 
 LOGPROB_TOL = 1e-4
+
+
+def _turns(model, tokenizer, names, *, turns, temperature, max_batch=None, seed=0):
+    """Play the same multi-turn workload through each backend; return samples per backend.
+
+    Three groups of three copies (identical first prompts), env segments of different
+    lengths appended after every reply, one key released after turn 1 and one key whose
+    context is rewritten (so it no longer extends its cache) on turn 2.
+    """
+    gens = {n: make_generator(n, model, tokenizer, max_batch=max_batch) for n in names}
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(3, 40000) for _ in range(rng.randrange(12, 30))] for _ in range(3)]
+    contexts = {(g, c): list(p) for g, p in enumerate(prompts) for c in range(3)}
+    history = {n: [] for n in names}
+    for turn in range(turns):
+        requests = [Request(k, v) for k, v in contexts.items()]
+        for name, gen in gens.items():
+            kwargs = {"max_new_tokens": 5, "temperature": temperature, "seed": 10 + turn}
+            history[name].append(gen.generate(requests, **kwargs))
+        reference = history[names[0]][-1]
+        for request, sample in zip(requests, reference, strict=True):
+            env = [rng.randrange(3, 40000) for _ in range(rng.randrange(1, 9))]
+            contexts[request.key] = request.context_ids + sample.token_ids + env
+        if turn == 0:  # episode (0, 0) ended: its key is released and not asked again
+            del contexts[(0, 0)]
+            for gen in gens.values():
+                gen.release([(0, 0)])
+        if turn == 1:  # a context that does not extend what was generated: fresh prefill
+            contexts[(1, 1)] = [*contexts[(1, 1)][:5], 7, 7, 7]
+    return history, gens
+
+
+def _assert_same(a, b):
+    for turn_a, turn_b in zip(a, b, strict=True):
+        for x, y in zip(turn_a, turn_b, strict=True):
+            assert x.token_ids == y.token_ids
+            assert x.finish == y.finish
+            assert len(x.logprobs) == len(x.token_ids)
+            assert (
+                max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) < LOGPROB_TOL
+            )
+
+
+def test_hf_matches_naive_greedy_over_turns(tiny):
+    model, tokenizer = tiny
+    history, _ = _turns(model, tokenizer, ["naive", "hf"], turns=4, temperature=0.0)
+    _assert_same(history["naive"], history["hf"])
+    assert all(s.finish == "length" and len(s.token_ids) == 5 for s in history["hf"][0])
+
+
+def test_hf_prefills_groups_once_and_only_new_tokens(tiny):
+    model, tokenizer = tiny
+    _, gens = _turns(model, tokenizer, ["hf", "naive"], turns=2, temperature=0.0)
+    hf, naive = gens["hf"].stats, gens["naive"].stats
+    # Turn 1: three distinct prompts of three copies each are prefilled once per group.
+    # Turn 2: each of the 8 live episodes feeds its last reply token plus its env segment.
+    assert naive.prefilled_tokens > 3 * hf.prefilled_tokens
+    assert hf.prefilled_tokens + hf.reused_tokens < naive.prefilled_tokens
+    assert hf.generated_tokens == naive.generated_tokens == (9 + 8) * 5
+
+
+def test_hf_shared_prefill_counts(tiny):
+    model, tokenizer = tiny
+    gen = make_generator("hf", model, tokenizer)
+    prompt = list(range(100, 120))
+    requests = [Request(("g", c), prompt) for c in range(4)]
+    samples = gen.generate(requests, max_new_tokens=3, temperature=1.0, seed=1)
+    assert gen.stats.prefilled_tokens == len(prompt)
+    extended = [
+        Request(r.key, r.context_ids + s.token_ids + [5, 6])
+        for r, s in zip(requests, samples, strict=True)
+    ]
+    gen.generate(extended, max_new_tokens=3, temperature=1.0, seed=2)
+    # The last reply token was never fed back, so it is prefilled with the env segment.
+    assert gen.stats.prefilled_tokens == len(prompt) + 4 * 3
+    assert gen.stats.reused_tokens == 4 * (len(prompt) + 2)
+    gen.release([("g", 0)])
+    gen.generate(extended[:1], max_new_tokens=2, temperature=1.0, seed=3)
+    assert gen.stats.prefilled_tokens == len(prompt) + 4 * 3 + len(extended[0].context_ids)
+
+
+def test_sampling_is_seeded_and_batch_independent(tiny):
+    model, tokenizer = tiny
+    names = ["hf", "naive"]
+    first, _ = _turns(model, tokenizer, names, turns=2, temperature=1.0)
+    again, _ = _turns(model, tokenizer, ["hf"], turns=2, temperature=1.0, max_batch=2)
+    other, _ = _turns(model, tokenizer, ["hf"], turns=2, temperature=1.0, seed=1)
+    # Each row has its own noise stream, so both backends and any batch size agree.
+    _assert_same(first["hf"], first["naive"])
+    _assert_same(first["hf"], again["hf"])
+    assert [s.token_ids for s in first["hf"][0]] != [s.token_ids for s in other["hf"][0]]
+    copies = [s.token_ids for s in first["hf"][0][:3]]  # the copies of a group differ
+    assert len({tuple(c) for c in copies}) > 1
+
+
+def test_same_seed_same_samples_different_seeds_differ(tiny):
+    model, tokenizer = tiny
+    request = [Request("a", list(range(200, 230)))]
+
+    def sample(seed):  # a fresh generator each time: no cache carried between the runs
+        gen = make_generator("hf", model, tokenizer)
+        return gen.generate(request, max_new_tokens=8, temperature=1.0, top_p=0.95, seed=seed)
+
+    assert sample(5) == sample(5)
+    assert sample(5)[0].token_ids != sample(6)[0].token_ids
+
+
+@pytest.mark.parametrize("name", ["hf", "naive"])
+def test_stop_string_is_honoured(tiny, name):
+    model, tokenizer = tiny
+    request = [Request("k", list(range(300, 325)))]
+    free = make_generator(name, model, tokenizer, stop_strings=())
+    [reply] = free.generate(request, max_new_tokens=8, temperature=0.0)
+    text = tokenizer.decode(reply.token_ids[3])
+    first = next(n for n in range(1, 9) if text in tokenizer.decode(reply.token_ids[:n]))
+    stopped = make_generator(name, model, tokenizer, stop_strings=(text,))
+    [cut] = stopped.generate(request, max_new_tokens=8, temperature=0.0)
+    assert cut.finish == "stop"
+    assert cut.token_ids == reply.token_ids[:first]
+    assert cut.logprobs == pytest.approx(reply.logprobs[:first], abs=LOGPROB_TOL)
 
 
 def test_stopper_rules(tiny):
@@ -43,3 +170,60 @@ def test_choose_greedy_top_p_and_frequencies():
     assert torch.allclose(logprobs.exp(), probs[tokens])  # log-probs before truncation
     tokens, _ = choose(logits * 0.5, row_generators(2, 4000), 0.5, 1.0)  # T rescales logits
     assert torch.allclose(torch.bincount(tokens, minlength=4) / 4000, probs, atol=0.03)
+
+
+def test_weight_updates_invalidate_caches(tiny):
+    _, tokenizer = tiny
+    model = models.build_tiny(len(tokenizer), seed=3, eos_token_id=tokenizer.eos_token_id)
+    gen = make_generator("hf", model, tokenizer)
+    request = Request("k", list(range(400, 420)))
+    [reply] = gen.generate([request], max_new_tokens=3, temperature=0.0)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)  # an optimiser step, in place
+    longer = Request("k", request.context_ids + reply.token_ids)
+    gen.generate([longer], max_new_tokens=3, temperature=0.0)
+    assert gen.stats.reused_tokens == 0
+    assert gen.stats.prefilled_tokens == 20 + len(longer.context_ids)
+
+
+def test_bad_calls_say_what_to_do(tiny):
+    model, tokenizer = tiny
+    gen = make_generator("hf", model, tokenizer)
+    with pytest.raises(ValueError, match="share a key"):
+        gen.generate([Request(1, [5]), Request(1, [6])], max_new_tokens=2, temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        gen.generate([Request(1, [5])], max_new_tokens=2, temperature=1.0, top_p=0.0)
+    with pytest.raises(ValueError, match="no context"):
+        gen.generate([Request(1, [])], max_new_tokens=2, temperature=0.0)
+    with pytest.raises(ValueError, match="hf, naive"):
+        make_generator("vllm", model, tokenizer)
+    assert gen.generate([], max_new_tokens=2, temperature=0.0) == []
+
+
+def _chat(tokenizer, messages) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text + "<think>", add_special_tokens=False)["input_ids"]
+
+
+def test_embedded_dialogues_match(embedded):
+    model, tokenizer = embedded
+    questions = ["Move the box left. Reply with one action.", "Which way is the goal?"]
+    contexts = {}
+    for q, question in enumerate(questions):
+        for c in range(2):
+            contexts[(q, c)] = _chat(tokenizer, [{"role": "user", "content": question}])
+    gens = {n: make_generator(n, model, tokenizer) for n in ("naive", "hf")}
+    for turn, reply_to in enumerate(["The box moved. 3 actions left.", "You are at the goal."]):
+        requests = [Request(k, v) for k, v in contexts.items()]
+        out = {
+            n: g.generate(requests, max_new_tokens=8, temperature=0.0, seed=turn)
+            for n, g in gens.items()
+        }
+        _assert_same([out["naive"]], [out["hf"]])
+        # The reply closed and a new user turn opened, appended as ids like the loop does.
+        text = f"<|im_end|>\n<|im_start|>user\n{reply_to}<|im_end|>\n<|im_start|>assistant\n<think>"
+        segment = tokenizer(text, add_special_tokens=False)["input_ids"]
+        for request, sample in zip(requests, out["hf"], strict=True):
+            contexts[request.key] = request.context_ids + sample.token_ids + segment
+    assert gens["hf"].stats.prefilled_tokens < gens["naive"].stats.prefilled_tokens / 2
+    assert all(math.isfinite(p) for s in out["hf"] for p in s.logprobs)

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import torch
 
-BACKENDS = ("naive",)
+BACKENDS = ("hf", "naive")
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 
@@ -109,6 +109,8 @@ def make_generator(
     if max_batch is not None and max_batch < 1:
         raise ValueError(f"max_batch must be a positive number of rows, got {max_batch}")
     stopper = Stopper(tokenizer, eos_ids(model, tokenizer), stop_strings)
+    if name == "hf":
+        return CachedGenerator(model, stopper, max_batch)
     if name == "naive":
         return NaiveGenerator(model, stopper, max_batch)
     raise ValueError(f"unknown generator backend {name!r}: use one of {', '.join(BACKENDS)}")
@@ -367,3 +369,260 @@ class _StopCriterion:
         replies = input_ids[:, self.prompt_len :].tolist()
         done = [self.stopper.done(r) for r in replies]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)  # (B,)
+
+
+# ----------------------------------------------------------------------------- cached backend
+
+
+@dataclass
+class _Entry:
+    """An episode's cache: ``kv`` holds the keys and values of exactly the tokens ``ids``."""
+
+    ids: list[int]
+    kv: torch.Tensor  # (layers, 2, H_kv, len(ids), D)
+
+
+@dataclass
+class _Job:
+    """One distinct context to prefill; identical contexts of a call share one job."""
+
+    context: list[int]
+    reuse: int = 0  # leading tokens whose keys/values come from ``source``
+    source: torch.Tensor | None = None  # (layers, 2, H_kv, >= reuse, D)
+    kv: torch.Tensor | None = None  # after prefill: (layers, 2, H_kv, len(context), D)
+    logits: torch.Tensor | None = None  # after prefill: (V,) at the last context token
+    rows: int = 0  # requests still to decode from this job
+
+
+@dataclass
+class _Batch:
+    """The rows being decoded together; row ``b`` is request ``index[b]``."""
+
+    index: list[int]
+    cache: object  # transformers DynamicCache, (B, H_kv, K, D) per layer, left-padded
+    mask: torch.Tensor  # (B, K) bool: which cache columns hold a real token of the row
+    positions: torch.Tensor  # (B,) long: position of the next token fed to each row
+    logits: torch.Tensor  # (B, V): the distribution of each row's next token
+    replies: dict[int, list[int]] = field(default_factory=dict)
+    logprobs: dict[int, list[float]] = field(default_factory=dict)
+
+
+class CachedGenerator:
+    """The fast path: shared group prefill, KV caches kept per episode, shrinking batches."""
+
+    def __init__(self, model, stopper: Stopper, max_batch: int | None = None):
+        self.model, self.stopper, self.max_batch = model, stopper, max_batch
+        self.pad = _pad_id(model, stopper)
+        self.stats = GenerationStats()
+        self._entries: dict[Hashable, _Entry] = {}
+        self._weights = _weights_version(model)
+
+    def release(self, keys: Iterable[Hashable]) -> None:
+        for key in keys:
+            self._entries.pop(key, None)
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        requests: Sequence[Request],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> list[Sample]:
+        _check_call(requests, max_new_tokens, temperature, top_p)
+        self.stats.calls += 1
+        self._drop_stale()
+        jobs = self._plan(requests)
+        self._prefill(list({id(j): j for j in jobs}.values()))
+        generators = row_generators(seed, len(requests))
+        longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
+        size = self.max_batch or auto_max_batch(self.model, longest)
+        # Rows of similar length decode together, so left padding wastes little.
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].context_ids))
+        samples: dict[int, Sample] = {}
+        for start in range(0, len(order), size):
+            rows = order[start : start + size]
+            batch = self._start_batch(rows, jobs)
+            samples |= self._decode(batch, requests, generators, max_new_tokens, temperature, top_p)
+        self.stats.generated_tokens += sum(len(s.token_ids) for s in samples.values())
+        return [samples[i] for i in range(len(requests))]
+
+    def _drop_stale(self) -> None:
+        # An optimiser step changes the weights in place, which makes every kept cache wrong.
+        version = _weights_version(self.model)
+        if version != self._weights:
+            self._entries.clear()
+            self._weights = version
+
+    def _plan(self, requests: Sequence[Request]) -> list[_Job]:
+        """One job per distinct context, reusing the longest cached prefix any of its keys has."""
+        by_context: dict[tuple[int, ...], _Job] = {}
+        jobs = []
+        for r in requests:
+            context = tuple(r.context_ids)
+            job = by_context.setdefault(context, _Job(list(context)))
+            job.rows += 1
+            entry = self._entries.pop(r.key, None)  # consumed: the key gets a new entry
+            if entry is not None:
+                # At least one token must be fed, to get the logits of the next one.
+                reuse = min(_common_prefix(entry.ids, job.context), len(job.context) - 1)
+                if reuse > job.reuse:
+                    job.reuse, job.source = reuse, entry.kv
+            jobs.append(job)
+        return jobs
+
+    def _prefill(self, jobs: list[_Job]) -> None:
+        """Run every job's new tokens, in forwards of at most ``_PREFILL_TOKEN_BUDGET``."""
+        jobs = sorted(jobs, key=lambda j: len(j.context) - j.reuse)
+        group: list[_Job] = []
+        for job in jobs:
+            width = len(job.context) - job.reuse + max(j.reuse for j in [*group, job])
+            if group and (len(group) + 1) * width > _PREFILL_TOKEN_BUDGET:
+                self._prefill_forward(group)
+                group = []
+            group.append(job)
+        if group:
+            self._prefill_forward(group)
+
+    def _prefill_forward(self, jobs: list[_Job]) -> None:
+        """One forward over the jobs' new tokens on top of their reused caches.
+
+        Layout of row b: cache columns [pad | reused c_b] then chunk columns [pad | new n_b];
+        the chunk is left-padded so the last column is every row's last token and only its
+        logits are computed. The pad columns in between are holes in the attention mask.
+        """
+        from transformers import DynamicCache
+
+        reuse = [j.reuse for j in jobs]
+        new = [j.context[j.reuse :] for j in jobs]
+        width = max(reuse)
+        sources = [j.source[:, :, :, : j.reuse] if j.reuse else None for j in jobs]
+        cache = _padded_cache(sources, width) if width else DynamicCache()
+        ids, chunk_mask = _left_pad(new, self.pad)  # (B, N) each
+        old_mask = torch.arange(width)[None, :] >= width - torch.tensor(reuse)[:, None]  # (B, C)
+        mask = torch.cat([old_mask, chunk_mask.bool()], 1)  # (B, C + N)
+        # Position of chunk column i in row b: the row's token count before it; pads get 0.
+        positions = (torch.tensor(reuse)[:, None] + chunk_mask.cumsum(1) - 1).clamp(min=0)
+        device = self.model.device
+        out = self.model(
+            input_ids=ids.to(device),
+            attention_mask=mask.long().to(device),
+            position_ids=positions.to(device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits = out.logits[:, -1]  # (B, V)
+        for b, job in enumerate(jobs):
+            job.kv = _row_kv(out.past_key_values, b, mask[b].to(device))
+            job.logits = logits[b]
+            job.source = None
+        self.stats.prefilled_tokens += sum(len(n) for n in new)
+        self.stats.reused_tokens += sum(reuse)
+
+    def _start_batch(self, rows: list[int], jobs: list[_Job]) -> _Batch:
+        """Stack the prefilled caches of ``rows`` (copies of a group share one) into a batch."""
+        sources = [jobs[i].kv for i in rows]
+        lengths = torch.tensor([s.shape[3] for s in sources])  # (B,)
+        width = int(lengths.max())
+        cache = _padded_cache(sources, width)
+        logits = torch.stack([jobs[i].logits for i in rows])  # (B, V)
+        for i in rows:
+            jobs[i].rows -= 1
+            if jobs[i].rows == 0:  # the last copy has it now: free the job's cache
+                jobs[i].kv = None
+        mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # (B, K)
+        return _Batch(list(rows), cache, mask, lengths.clone(), logits)
+
+    def _decode(self, batch: _Batch, requests, generators, max_new_tokens, temperature, top_p):
+        """Sample until every row stops; a row's cache is kept as the episode's entry."""
+        samples: dict[int, Sample] = {}
+        device = self.model.device
+        for step in range(max_new_tokens):
+            rows_gens = [generators[i] for i in batch.index]
+            tokens, logprobs = choose(batch.logits, rows_gens, temperature, top_p)  # (B,) each
+            finished = []
+            for b, i in enumerate(batch.index):
+                reply = batch.replies.setdefault(i, [])
+                reply.append(int(tokens[b]))
+                batch.logprobs.setdefault(i, []).append(float(logprobs[b]))
+                if self.stopper.done(reply) or step + 1 == max_new_tokens:
+                    finished.append(b)
+                    samples[i] = self._finish(batch, b, i, requests[i])
+            if len(finished) == len(batch.index):
+                break
+            if finished:
+                tokens = self._drop_rows(batch, finished, tokens)
+            batch.mask = torch.cat([batch.mask, torch.ones(len(batch.index), 1, dtype=bool)], 1)
+            out = self.model(
+                input_ids=tokens[:, None].to(device),
+                attention_mask=batch.mask.long().to(device),
+                position_ids=batch.positions[:, None].to(device),
+                past_key_values=batch.cache,
+                use_cache=True,
+            )
+            batch.logits = out.logits[:, -1]  # (B, V)
+            batch.positions += 1
+        return samples
+
+    def _finish(self, batch: _Batch, b: int, i: int, request: Request) -> Sample:
+        reply = batch.replies[i]
+        finish = FINISH_STOP if self.stopper.done(reply) else FINISH_LENGTH
+        # The cache holds the context and every reply token but the last (never fed back).
+        kv = _row_kv(batch.cache, b, batch.mask[b].to(self.model.device))
+        self._entries[request.key] = _Entry([*request.context_ids, *reply[:-1]], kv)
+        return Sample(list(reply), list(batch.logprobs[i]), finish)
+
+    @staticmethod
+    def _drop_rows(batch: _Batch, finished: list[int], tokens: torch.Tensor) -> torch.Tensor:
+        gone = set(finished)
+        keep = torch.tensor([b for b in range(len(batch.index)) if b not in gone])
+        batch.cache.batch_select_indices(keep.to(batch.logits.device))
+        batch.mask, batch.positions = batch.mask[keep], batch.positions[keep]
+        batch.index = [batch.index[b] for b in keep.tolist()]
+        return tokens[keep.to(tokens.device)]
+
+
+def _weights_version(model) -> int:
+    # In-place updates (optimizer steps, load_state_dict) bump each tensor's version counter.
+    return sum(p._version for p in model.parameters())
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    return next(k for k in range(n) if a[k] != b[k])
+
+
+def _padded_cache(sources: Sequence[torch.Tensor | None], width: int):
+    """A DynamicCache holding each row's keys/values right-aligned in ``width`` columns.
+
+    sources: per row (layers, 2, H_kv, L_b, D) with L_b <= width, or None for an empty row.
+    The layers are built one at a time so no second full copy of the batch exists at once.
+    """
+    from transformers import DynamicCache
+
+    first = next(s for s in sources if s is not None)
+    layers, _, heads, _, dim = first.shape
+
+    def layer(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        kv = first.new_zeros((2, len(sources), heads, width, dim))  # (2, B, H_kv, K, D)
+        for b, source in enumerate(sources):
+            if source is not None:
+                kv[:, b, :, width - source.shape[3] :] = source[n]
+        return kv[0], kv[1]
+
+    return DynamicCache(ddp_cache_data=(layer(n) for n in range(layers)))
+
+
+def _row_kv(cache, b: int, columns: torch.Tensor) -> torch.Tensor:
+    """Row ``b``'s keys/values at the real-token ``columns`` (K,) bool → (layers, 2, H, L, D)."""
+    return torch.stack(
+        [
+            torch.stack([layer.keys[b][:, columns], layer.values[b][:, columns]])
+            for layer in cache.layers
+        ]
+    )
