@@ -25,63 +25,65 @@ def loop_suffix_sum(x: list[float], c: float) -> list[float]:
 
 
 def loop_gae(rewards, values, mask, gamma, lam):
-    """Per row, per token: walk back over the sampled tokens only."""
-    rows, width = rewards.shape
-    a, ret = (
-        torch.zeros(rows, width, dtype=torch.float64),
-        torch.zeros(rows, width, dtype=torch.float64),
-    )
-    for b in range(rows):
-        pos = [t for t in range(width) if mask[b, t] != 0]
-        next_value, last = 0.0, 0.0
-        for t in reversed(pos):
-            v = float(values[b, t])
-            delta = float(rewards[b, t]) + gamma * next_value - v
+    """Per row, per token: walk back over the sampled tokens only. Lists in, tensors out."""
+    rewards, values, mask = rewards.tolist(), values.tolist(), mask.tolist()
+    a = [[0.0] * len(row) for row in mask]
+    ret = [[0.0] * len(row) for row in mask]
+    for b, row in enumerate(mask):
+        next_value, last = 0.0, 0.0  # nothing after the last sampled token
+        for t in reversed([t for t, m in enumerate(row) if m != 0]):
+            v = values[b][t]
+            delta = rewards[b][t] + gamma * next_value - v
             last = delta + gamma * lam * last
-            a[b, t], ret[b, t] = last, last + v
+            a[b][t], ret[b][t] = last, last + v
             next_value = v
-    return a, ret
+    return torch.tensor(a, dtype=torch.float64), torch.tensor(ret, dtype=torch.float64)
+
+
+def split_turns(row: list[float], ids: list[int] | None) -> list[list[int]]:
+    """Sampled positions grouped into turns: runs of consecutive sampled tokens, or by id."""
+    turns: list[list[int]] = []
+    for t, m in enumerate(row):
+        if m == 0:
+            continue
+        if not turns:
+            same_turn = False
+        elif ids is None:
+            same_turn = turns[-1][-1] == t - 1
+        else:
+            same_turn = ids[t] == ids[turns[-1][-1]]
+        if same_turn:
+            turns[-1].append(t)
+        else:
+            turns.append([t])
+    return turns
 
 
 def loop_bi_level(rewards, values, mask, gamma, lam, turn_gamma, turn_lam, turn_ids=None):
     """The docstring's definition, written out turn by turn and token by token."""
-    rows, width = rewards.shape
-    a, ret = (
-        torch.zeros(rows, width, dtype=torch.float64),
-        torch.zeros(rows, width, dtype=torch.float64),
-    )
-    for b in range(rows):
-        turns: list[list[int]] = []
-        for t in range(width):
-            if mask[b, t] == 0:
-                continue
-            if not turns:
-                same_turn = False
-            elif turn_ids is None:
-                same_turn = turns[-1][-1] == t - 1  # a run of consecutive sampled tokens
-            else:
-                same_turn = bool(turn_ids[b, t] == turn_ids[b, turns[-1][-1]])
-            if same_turn:
-                turns[-1].append(t)
-            else:
-                turns.append([t])
-        w = [float(values[b, turn[-1]]) for turn in turns]
-        r = [sum(float(rewards[b, t]) for t in turn) for turn in turns]  # R_k: whole turn
+    rewards, values, mask = rewards.tolist(), values.tolist(), mask.tolist()
+    ids = turn_ids.tolist() if turn_ids is not None else None
+    a = [[0.0] * len(row) for row in mask]
+    ret = [[0.0] * len(row) for row in mask]
+    for b, row in enumerate(mask):
+        turns = split_turns(row, ids[b] if ids else None)
+        w = [values[b][turn[-1]] for turn in turns]  # W_k = V(e_k)
+        r = [sum(rewards[b][t] for t in turn) for turn in turns]  # R_k: whole turn
         adv_turn, last = [0.0] * len(turns), 0.0
         for k in reversed(range(len(turns))):
             w_next = w[k + 1] if k + 1 < len(turns) else 0.0
             last = r[k] + turn_gamma * w_next - w[k] + turn_gamma * turn_lam * last
             adv_turn[k] = last
         for k, turn in enumerate(turns):
-            acc = adv_turn[k]
-            a[b, turn[-1]] = acc
+            acc = adv_turn[k]  # seeded at the turn's last token
+            a[b][turn[-1]] = acc
             for i in reversed(range(len(turn) - 1)):
-                v, v_next = float(values[b, turn[i]]), float(values[b, turn[i + 1]])
+                v, v_next = values[b][turn[i]], values[b][turn[i + 1]]
                 acc = gamma * v_next - v + gamma * lam * acc
-                a[b, turn[i]] = acc
+                a[b][turn[i]] = acc
             for t in turn:
-                ret[b, t] = a[b, t] + float(values[b, t])
-    return a, ret
+                ret[b][t] = a[b][t] + values[b][t]
+    return torch.tensor(a, dtype=torch.float64), torch.tensor(ret, dtype=torch.float64)
 
 
 def random_batch(seed: int, rows: int = 5, width: int = 40):
