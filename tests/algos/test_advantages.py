@@ -448,3 +448,21 @@ def test_bi_level_gae_counts_an_inner_reward_at_the_turn_end():
     a, _ = adv.bi_level_gae(moved, BI_VALUES, BI_MASK, 0.9, 0.9, 0.95, 0.9)
     a0, _ = adv.bi_level_gae(BI_REWARDS, BI_VALUES, BI_MASK, 0.9, 0.9, 0.95, 0.9)
     torch.testing.assert_close(a, a0)
+
+
+def test_long_turns_and_many_turns_span_several_blocks():
+    # 300-token replies and 150 one-token turns: both scans run over more than one block
+    long = torch.zeros(2, 700)
+    long[0, 10:310] = 1.0
+    long[0, 320:620] = 1.0
+    long[1, 0:300:2] = 1.0
+    g = torch.Generator().manual_seed(4)
+    rewards = turn_end_rewards(torch.randn(2, 700, generator=g), long)
+    values = torch.randn(2, 700, generator=g)
+    coefs = (0.99, 0.95, 0.95, 0.9)
+    a, r = adv.bi_level_gae(rewards, values, long, *coefs)
+    want_a, want_r = loop_bi_level(rewards, values, long, *coefs)
+    torch.testing.assert_close(a, want_a.float(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(r, want_r.float(), atol=1e-5, rtol=1e-5)
+    a, _ = adv.gae(rewards, values, long, 0.99, 0.95)
+    torch.testing.assert_close(a, loop_gae(rewards, values, long, 0.99, 0.95)[0].float())

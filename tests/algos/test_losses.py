@@ -257,3 +257,14 @@ def test_token_logprobs_bf16_and_no_entropy():
 def test_logprobs_shape_mismatch():
     with pytest.raises(ValueError, match="disagree"):
         losses.logprobs_and_entropy(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_logprobs_gradient_of_entropy_alone():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(2, 3, 6, generator=g).requires_grad_(True)
+    labels = torch.randint(0, 6, (2, 3), generator=g)
+    _, ent = losses.logprobs_and_entropy(logits, labels, chunk=4)
+    ent.sum().backward()
+    got, logits.grad = logits.grad, None
+    reference(logits, labels)[1].sum().backward()
+    torch.testing.assert_close(got, logits.grad)

@@ -97,7 +97,7 @@ def discounted_suffix_sum(x: Tensor, discount: float, block: int = 128) -> Tenso
     offset = torch.arange(length, device=x.device)
     decay = torch.pow(torch.tensor(discount, dtype=x.dtype, device=x.device), length - offset)
     out = inner + carry[..., None] * decay  # (R, nb, L)
-    return out.reshape(-1, blocks * length)[:, :size].reshape(*lead, size)
+    return out.reshape(-1, blocks * length)[:, :size].reshape(*lead, size).contiguous()
 
 
 def _pack(mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -302,6 +302,7 @@ def bi_level_gae(
     turn = starts.long().cumsum(dim=1) - 1  # (B, K) turn index of each slot
     slot = torch.arange(width, device=idx.device).expand(rows, width)
     offset = slot - torch.where(starts, slot, torch.zeros_like(slot)).cummax(dim=1).values
+    offset = torch.where(valid, offset, 0)  # padding slots would otherwise extend a turn
     turns, span = int(turn.max()) + 1, int(offset.max()) + 1
     flat = torch.where(valid, turn * span + offset, turns * span)  # invalid -> spill column
 
@@ -323,7 +324,7 @@ def bi_level_gae(
     delta = delta.scatter(2, last[..., None], adv_turn[..., None] * has_turn[..., None])
     adv_tok = discounted_suffix_sum(delta, gamma * lam)  # (B, n, m)
 
-    adv = adv_tok.view(rows, -1).gather(1, flat.clamp(max=turns * span - 1))  # (B, K)
+    adv = adv_tok.reshape(rows, -1).gather(1, flat.clamp(max=turns * span - 1))  # (B, K)
     advantages = _unpack(adv, idx, valid, rewards, out)
     returns = _unpack(adv + v, idx, valid, rewards, out)
     return advantages, returns

@@ -284,6 +284,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 ent[s : s + chunk] = lse - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
         ctx.save_for_backward(logits, labels, ent)
         ctx.chunk, ctx.temperature, ctx.with_entropy = chunk, temperature, with_entropy
+        ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None
         return logp, ent
 
     @staticmethod
@@ -296,9 +297,10 @@ class _ChunkedLogprobs(torch.autograd.Function):
             z = logits[s : s + chunk].float() / temperature  # (c, V)
             logq = torch.log_softmax(z, dim=-1)
             p = logq.exp()
-            # d logp / dz = onehot(label) - p
-            g = -p * grad_logp[s : s + chunk, None]
-            g.scatter_add_(1, labels[s : s + chunk, None], grad_logp[s : s + chunk, None])
+            g = torch.zeros_like(z)
+            if grad_logp is not None:  # d logp / dz = onehot(label) - p
+                g -= p * grad_logp[s : s + chunk, None]
+                g.scatter_add_(1, labels[s : s + chunk, None], grad_logp[s : s + chunk, None])
             if ctx.with_entropy and grad_ent is not None:
                 # dH / dz_j = -p_j * (log p_j + H)
                 h = ent[s : s + chunk, None]
