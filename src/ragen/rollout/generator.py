@@ -26,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 BACKENDS = ("hf", "naive")
 FINISH_STOP = "stop"
@@ -243,12 +244,17 @@ def _left_pad(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, to
     return ids, mask
 
 
-def _kv_bytes_per_token(model) -> int:
+def _kv_shape(model) -> tuple[int, int, int]:
+    """(layers, key/value heads, head dim) of a transformers decoder."""
     config = model.config.get_text_config()
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    item = next(model.parameters()).element_size()
-    return config.num_hidden_layers * 2 * heads * head_dim * item
+    return config.num_hidden_layers, heads, head_dim
+
+
+def _kv_bytes_per_token(model) -> int:
+    layers, heads, head_dim = _kv_shape(model)
+    return layers * 2 * heads * head_dim * next(model.parameters()).element_size()
 
 
 def _free_memory(device: torch.device) -> int:
@@ -399,7 +405,7 @@ class _Batch:
     """The rows being decoded together; row ``b`` is request ``index[b]``."""
 
     index: list[int]
-    cache: object  # transformers DynamicCache, (B, H_kv, K, D) per layer, left-padded
+    cache: _BufferCache  # (B, H_kv, K, D) keys and values per layer, left-padded
     mask: torch.Tensor  # (B, K) bool: which cache columns hold a real token of the row
     positions: torch.Tensor  # (B,) long: position of the next token fed to each row
     logits: torch.Tensor  # (B, V): the distribution of each row's next token
@@ -444,7 +450,7 @@ class CachedGenerator:
         samples: dict[int, Sample] = {}
         for start in range(0, len(order), size):
             rows = order[start : start + size]
-            batch = self._start_batch(rows, jobs)
+            batch = self._start_batch(rows, jobs, max_new_tokens)
             samples |= self._decode(batch, requests, generators, max_new_tokens, temperature, top_p)
         self.stats.generated_tokens += sum(len(s.token_ids) for s in samples.values())
         return [samples[i] for i in range(len(requests))]
@@ -493,14 +499,16 @@ class CachedGenerator:
         the chunk is left-padded so the last column is every row's last token and only its
         logits are computed. The pad columns in between are holes in the attention mask.
         """
-        from transformers import DynamicCache
-
         reuse = [j.reuse for j in jobs]
         new = [j.context[j.reuse :] for j in jobs]
         width = max(reuse)
         sources = [j.source[:, :, :, : j.reuse] if j.reuse else None for j in jobs]
-        cache = _padded_cache(sources, width) if width else DynamicCache()
         ids, chunk_mask = _left_pad(new, self.pad)  # (B, N) each
+        capacity = width + ids.shape[1]
+        if width:
+            cache = _padded_cache(sources, width, capacity)
+        else:
+            cache = _empty_cache(self.model, len(jobs), capacity)
         old_mask = torch.arange(width)[None, :] >= width - torch.tensor(reuse)[:, None]  # (B, C)
         mask = torch.cat([old_mask, chunk_mask.bool()], 1)  # (B, C + N)
         # Position of chunk column i in row b: the row's token count before it; pads get 0.
@@ -522,12 +530,13 @@ class CachedGenerator:
         self.stats.prefilled_tokens += sum(len(n) for n in new)
         self.stats.reused_tokens += sum(reuse)
 
-    def _start_batch(self, rows: list[int], jobs: list[_Job]) -> _Batch:
+    def _start_batch(self, rows: list[int], jobs: list[_Job], max_new_tokens: int) -> _Batch:
         """Stack the prefilled caches of ``rows`` (copies of a group share one) into a batch."""
         sources = [jobs[i].kv for i in rows]
         lengths = torch.tensor([s.shape[3] for s in sources])  # (B,)
         width = int(lengths.max())
-        cache = _padded_cache(sources, width)
+        # Room for every reply token but the last, which is sampled and never fed back.
+        cache = _padded_cache(sources, width, width + max_new_tokens - 1)
         logits = torch.stack([jobs[i].logits for i in rows])  # (B, V)
         for i in rows:
             jobs[i].rows -= 1
@@ -597,25 +606,79 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return next(k for k in range(n) if a[k] != b[k])
 
 
-def _padded_cache(sources: Sequence[torch.Tensor | None], width: int):
-    """A DynamicCache holding each row's keys/values right-aligned in ``width`` columns.
+def _padded_cache(sources: Sequence[torch.Tensor | None], width: int, capacity: int):
+    """A cache holding each row's keys/values right-aligned in its first ``width`` columns.
 
     sources: per row (layers, 2, H_kv, L_b, D) with L_b <= width, or None for an empty row.
-    The layers are built one at a time so no second full copy of the batch exists at once.
+    ``capacity`` columns are allocated, so the tokens fed later are written in place.
     """
-    from transformers import DynamicCache
-
     first = next(s for s in sources if s is not None)
-    layers, _, heads, _, dim = first.shape
-
-    def layer(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        kv = first.new_zeros((2, len(sources), heads, width, dim))  # (2, B, H_kv, K, D)
+    n_layers, _, heads, _, dim = first.shape
+    layers = []
+    for n in range(n_layers):
+        kv = first.new_empty((2, len(sources), heads, capacity, dim))  # (2, B, H_kv, cap, D)
         for b, source in enumerate(sources):
+            filled = 0 if source is None else source.shape[3]
+            # Masked columns still enter the attention product (weight 0 × value), so they
+            # must hold zeros, never leftover NaN bits. Columns past ``width`` are written
+            # before they are read.
+            kv[:, b, :, : width - filled] = 0
             if source is not None:
-                kv[:, b, :, width - source.shape[3] :] = source[n]
-        return kv[0], kv[1]
+                kv[:, b, :, width - filled : width] = source[n]
+        layers.append(_BufferLayer(kv, width))
+    return _BufferCache(layers)
 
-    return DynamicCache(ddp_cache_data=(layer(n) for n in range(layers)))
+
+def _empty_cache(model, batch: int, capacity: int):
+    """A cache of ``capacity`` empty columns for ``batch`` rows of ``model``."""
+    layers, heads, head_dim = _kv_shape(model)
+    param = next(model.parameters())
+    shape = (2, batch, heads, capacity, head_dim)
+    # Every column is written (by the prefill chunk) before it is read.
+    return _BufferCache([_BufferLayer(param.new_empty(shape), 0) for _ in range(layers)])
+
+
+class _BufferLayer(DynamicLayer):
+    """A DynamicLayer whose keys/values live in a preallocated buffer.
+
+    DynamicLayer concatenates on every update, copying the whole cache each decode step;
+    profiled on this CPU that copy took three quarters of a step. Here a step writes its
+    column in place and ``keys``/``values`` are views of the filled part.
+    """
+
+    def __init__(self, kv: torch.Tensor, length: int):  # kv: (2, B, H_kv, capacity, D)
+        super().__init__()
+        self.dtype, self.device, self.is_initialized = kv.dtype, kv.device, True
+        self.buffer = kv
+        self._fill(length)
+
+    def _fill(self, length: int) -> None:
+        self.length = length
+        self.keys = self.buffer[0, :, :, :length]  # (B, H_kv, length, D)
+        self.values = self.buffer[1, :, :, :length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n = key_states.shape[-2]
+        if self.length + n > self.buffer.shape[3]:
+            raise RuntimeError("KV buffer too small: the generator sized it wrongly")
+        self.buffer[0, :, :, self.length : self.length + n] = key_states
+        self.buffer[1, :, :, self.length : self.length + n] = value_states
+        self._fill(self.length + n)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.buffer = self.buffer[:, indices]
+        self._fill(self.length)
+
+
+class _BufferCache(DynamicCache):
+    """A DynamicCache made of :class:`_BufferLayer` s."""
+
+    def __init__(self, layers: list[_BufferLayer]):
+        Cache.__init__(self, layers=layers)
 
 
 def _row_kv(cache, b: int, columns: torch.Tensor) -> torch.Tensor:

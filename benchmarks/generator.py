@@ -1,0 +1,171 @@
+"""Generation backends on a Sokoban-shaped multi-turn workload: the cached path against naive.
+
+    python benchmarks/generator.py [--groups 4] [--copies 8] [--turns 5] [--prompt-tokens 250]
+        [--env-tokens 60] [--max-new-tokens 64] [--out benchmarks/results/generator.json]
+
+P groups × N copies of the embedded model's chat dialogues (the copies of a group share
+their prompt, as in StarPO), every episode running all turns: each turn samples a reply of
+up to ``--max-new-tokens`` at temperature 1 and appends an env segment (the turn closed, a
+Sokoban observation as a user message, the next assistant header and ``<think>``) of about
+``--env-tokens`` tokens. Both backends play the same workload with the same seeds in the same
+run; since each request row has its own noise stream, they sample the same replies except
+where float rounding tips a draw, which the ``identical_replies`` figure counts.
+
+Prints a table (wall time, generated tokens/s, prefilled and reused tokens) and writes JSON
+with a ``speedup`` field (naive wall time / hf wall time). Goal of the rollout issue: ≥ 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from ragen import envs, models
+from ragen.rollout.generator import Request, make_generator
+
+GOAL_SPEEDUP = 3.0
+
+
+def _fit(tokenizer, head: str, body: str, tail: str, tokens: int) -> list[int]:
+    """Ids of head + body + tail with the body cut (or repeated) to make ``tokens`` ids."""
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in (head, body, tail)]
+    room = tokens - len(ids[0]) - len(ids[2])
+    filler = ids[1] * (room // max(len(ids[1]), 1) + 1)
+    return ids[0] + filler[: max(room, 0)] + ids[2]
+
+
+def build_workload(tokenizer, args) -> tuple[list[list[int]], list[list[list[int]]]]:
+    """Per group: the first prompt's ids, and the env segment's ids for each later turn."""
+    prompts, segments = [], []
+    for group in range(args.groups):
+        env = envs.make("sokoban")
+        observation = env.reset(args.seed + group)
+        system = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+        body = f"{env.instructions()}\nThe state:\n{observation}\n"
+        tail = (
+            "Reply <think>...</think><answer>up to 3 actions separated by ||</answer>."
+            "<|im_end|>\n<|im_start|>assistant\n<think>"
+        )
+        prompts.append(_fit(tokenizer, system, body, tail, args.prompt_tokens))
+        turns = []
+        for turn in range(args.turns - 1):
+            action = env.actions[turn % len(env.actions)]
+            result = env.step(action)
+            body = f"Reward {result.reward}. The state:\n{result.observation}\nActions left: 9.\n"
+            head = "<|im_end|>\n<|im_start|>user\n"
+            tail = "<|im_end|>\n<|im_start|>assistant\n<think>"
+            turns.append(_fit(tokenizer, head, body, tail, args.env_tokens))
+        segments.append(turns)
+    return prompts, segments
+
+
+def play(name: str, model, tokenizer, prompts, segments, args) -> dict:
+    """Run every turn of the workload through backend ``name``; timings and counts."""
+    gen = make_generator(name, model, tokenizer, max_batch=args.max_batch)
+    contexts = {(g, c): list(p) for g, p in enumerate(prompts) for c in range(args.copies)}
+    replies, turn_seconds = [], []
+    start = time.perf_counter()
+    for turn in range(args.turns):
+        requests = [Request(key, ids) for key, ids in contexts.items()]
+        began = time.perf_counter()
+        samples = gen.generate(
+            requests,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            seed=args.seed * 7919 + turn,
+        )
+        turn_seconds.append(round(time.perf_counter() - began, 2))
+        replies.append([s.token_ids for s in samples])
+        if turn + 1 < args.turns:
+            for request, sample in zip(requests, samples, strict=True):
+                segment = segments[request.key[0]][turn]
+                contexts[request.key] = request.context_ids + sample.token_ids + segment
+        print(f"  {name} turn {turn + 1}: {turn_seconds[-1]:.1f} s", flush=True)
+    gen.release(contexts)
+    wall = time.perf_counter() - start
+    stats = gen.stats
+    return {
+        "wall_s": round(wall, 2),
+        "turn_s": turn_seconds,
+        "generated_tokens": stats.generated_tokens,
+        "generated_tokens_per_s": round(stats.generated_tokens / wall, 2),
+        "prefilled_tokens": stats.prefilled_tokens,
+        "reused_tokens": stats.reused_tokens,
+        "replies": replies,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=models.DEFAULT_SPEC)
+    parser.add_argument("--dtype", default="auto", choices=models.DTYPES)
+    parser.add_argument("--groups", type=int, default=4, help="P: distinct prompts")
+    parser.add_argument("--copies", type=int, default=8, help="N: copies of each prompt")
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--prompt-tokens", type=int, default=250)
+    parser.add_argument("--env-tokens", type=int, default=60)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max-batch", type=int, default=None, help="default: fit to memory")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backends", nargs="+", default=["naive", "hf"])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/generator.json"))
+    args = parser.parse_args()
+
+    model, tokenizer = models.load_policy(args.model, dtype=args.dtype)
+    prompts, segments = build_workload(tokenizer, args)
+    results = {}
+    for name in args.backends:
+        results[name] = play(name, model, tokenizer, prompts, segments, args)
+    report(results, model, args)
+
+
+def report(results: dict, model, args) -> None:
+    print(
+        f"\n{'backend':8} {'wall s':>8} {'gen tok/s':>10} {'generated':>10} {'prefilled':>10} "
+        f"{'reused':>10}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:8} {r['wall_s']:8.1f} {r['generated_tokens_per_s']:10.1f} "
+            f"{r['generated_tokens']:10d} {r['prefilled_tokens']:10d} {r['reused_tokens']:10d}"
+        )
+    summary = {
+        "workload": {k: v for k, v in vars(args).items() if k not in ("out", "backends")},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "bf16_native": models.bf16_supported(),
+        },
+        "backends": {n: {k: v for k, v in r.items() if k != "replies"} for n, r in results.items()},
+    }
+    if {"naive", "hf"} <= results.keys():
+        naive, hf = results["naive"], results["hf"]
+        pairs = [
+            (a, b)
+            for ta, tb in zip(naive["replies"], hf["replies"], strict=True)
+            for a, b in zip(ta, tb, strict=True)
+        ]
+        summary["identical_replies"] = round(sum(a == b for a, b in pairs) / len(pairs), 3)
+        summary["speedup"] = round(naive["wall_s"] / hf["wall_s"], 2)
+        summary["goal_speedup"] = GOAL_SPEEDUP
+        print(
+            f"\nspeedup hf / naive: {summary['speedup']:.2f}× (goal ≥ {GOAL_SPEEDUP:g}×), "
+            f"identical replies: {summary['identical_replies']:.0%}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
