@@ -191,7 +191,9 @@ def choose(
     else:
         logprobs = torch.log_softmax(logits / temperature, -1)  # (B, V)
         vocab = logits.shape[-1]
+        # CPU generators, so the noise (and the sample) is the same whatever the device.
         uniform = torch.stack([torch.rand(vocab, generator=g) for g in generators])  # (B, V)
+        uniform = uniform.to(logits.device)
         gumbel = -torch.log(-torch.log(uniform))
         tokens = (_nucleus(logprobs, top_p) + gumbel).argmax(-1)  # (B,)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
