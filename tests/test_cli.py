@@ -1,4 +1,5 @@
 import argparse
+import json
 import subprocess
 import sys
 
@@ -34,7 +35,7 @@ def test_every_command_has_help(command, capsys):
 
 
 def test_expected_commands_exist():
-    assert {"model", "config", "envs", "play"} <= {c[0] for c in COMMANDS if c}
+    assert {"model", "config", "eval", "envs", "play"} <= {c[0] for c in COMMANDS if c}
     assert {("model", "prepare"), ("model", "info"), ("model", "chat")} <= set(COMMANDS)
 
 
@@ -83,3 +84,28 @@ def test_envs_and_play(capsys):
     assert "Dragon" in capsys.readouterr().out
     assert main(["play", "chess"]) == 2
     assert "unknown environment 'chess'" in capsys.readouterr().err
+
+
+def test_eval_writes_summary_and_episodes(tiny, tmp_path, capsys):
+    out = tmp_path / "ev"
+    args = ["eval", "--env", "frozen-lake", "--model", "tiny", "--n", "3", "--k", "2"]
+    assert main([*args, "--out", str(out), "rollout.max_reply_tokens=6"]) == 0
+    printed = capsys.readouterr().out
+    assert "frozen-lake: success 0.00%  pass@2 0.00%" in printed
+    summary = json.loads((out / "eval.jsonl").read_text())
+    assert (summary["episodes"], summary["seeds"], summary["k"]) == (6, 3, 2)
+    assert summary["end"]["truncated:reply_length"] == 1.0  # a random model never closes
+    episodes = [json.loads(line) for line in (out / "trajectories" / "eval.jsonl").open()]
+    assert sorted((e["group"], e["copy"]) for e in episodes) == [
+        (g, c) for g in range(3) for c in range(2)
+    ]
+    assert {"env", "seed", "turns", "total_reward", "success", "end"} <= set(episodes[0])
+    assert main([*args, "--out", str(out)]) == 2  # never overwrites an evaluation
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_eval_refuses_bad_input_before_loading(capsys):
+    assert main(["eval", "--env", "chess"]) == 2
+    assert "unknown environment 'chess'" in capsys.readouterr().err
+    assert main(["eval", "--env", "bandit", "rollout.max_turns=0"]) == 2
+    assert "rollout.max_turns=0" in capsys.readouterr().err

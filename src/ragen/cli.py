@@ -98,6 +98,47 @@ def _cmd_config_list(_: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------------------- eval
+
+
+def _eval_config(args: argparse.Namespace):
+    from ragen import config, envs
+
+    if args.env not in envs.names():
+        raise UsageError(f"unknown environment {args.env!r}: use one of {', '.join(envs.names())}")
+    preset = args.preset or config.preset_for_env(args.env)
+    if preset is None:
+        raise UsageError(f"no preset for env {args.env!r}: pass --preset NAME or a .yaml path")
+    overrides = [*args.overrides, f"env.name={args.env}"]
+    if args.model is not None:
+        overrides.append(f"model.spec={args.model}")
+    return config.load(preset, overrides)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ragen import models
+    from ragen.monitor.logging import default_run_root
+    from ragen.rollout.evaluate import format_summary
+    from ragen.rollout.generator import make_generator
+    from ragen.train.evaluator import EvalRequest, check_eval_out, evaluate, write_eval
+
+    cfg = _eval_config(args)  # everything is checked before the model loads
+    out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
+    check_eval_out(out)
+    model, tokenizer = models.load_policy(
+        cfg.model.spec, dtype=cfg.model.dtype, allow_download=cfg.model.allow_download
+    )
+    generator = make_generator(args.backend, model, tokenizer)
+    request = EvalRequest(env=args.env, n=args.n, k=args.k, temperature=args.temperature)
+    summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)
+    write_eval(out, summary, trajectories, model=cfg.model.spec)
+    print(format_summary(args.env, summary))
+    print(f"episodes written to {out / 'trajectories' / 'eval.jsonl'}")
+    return EXIT_OK
+
+
 # -------------------------------------------------------------------------------- envs
 
 
@@ -137,83 +178,78 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ragen",
-        description="Train LLM agents with multi-turn RL (StarPO / StarPO-S).",
-    )
-    parser.add_argument("--version", action="version", version=f"ragen {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+def _command(subparsers, name: str, summary: str) -> argparse.ArgumentParser:
+    """A subcommand whose one-line summary is both its list entry and its --help header."""
+    return subparsers.add_parser(name, help=summary, description=summary)
 
-    model = commands.add_parser(
-        "model",
-        help="prepare, inspect and smoke-test a model",
-        description="prepare, inspect and smoke-test a model",
-    )
-    model_cmds = model.add_subparsers(dest="model_command", metavar="ACTION", required=True)
-    spec_help = "smollm2-135m (default), tiny, a local HF model folder, or a Hub id"
-    p = model_cmds.add_parser(
-        "prepare",
-        help="convert the embedded model to safetensors (once)",
-        description="convert the embedded model to safetensors (once)",
-    )
-    p.add_argument("spec", nargs="?", default="smollm2-135m", help=spec_help)
+
+SPEC_HELP = "smollm2-135m (default), tiny, a local HF model folder, or a Hub id"
+
+
+def _add_model_commands(commands) -> None:
+    model = _command(commands, "model", "prepare, inspect and smoke-test a model")
+    actions = model.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    p = _command(actions, "prepare", "convert the embedded model to safetensors (once)")
+    p.add_argument("spec", nargs="?", default="smollm2-135m", help=SPEC_HELP)
     p.add_argument("--force", action="store_true", help="convert again even if cached")
     p.set_defaults(func=_cmd_model_prepare)
-    p = model_cmds.add_parser(
-        "info",
-        help="architecture, size, dtype, chat template, load time",
-        description="architecture, size, dtype, chat template, load time",
-    )
-    p.add_argument("spec", nargs="?", default="smollm2-135m", help=spec_help)
+    p = _command(actions, "info", "architecture, size, dtype, chat template, load time")
+    p.add_argument("spec", nargs="?", default="smollm2-135m", help=SPEC_HELP)
     _model_args(p)
     p.set_defaults(func=_cmd_model_info)
-    p = model_cmds.add_parser(
-        "chat",
-        help="print one greedy reply: ragen model chat [SPEC] TEXT",
-        description="print one greedy reply: ragen model chat [SPEC] TEXT",
-    )
-    p.add_argument("words", nargs="+", metavar="[SPEC] TEXT", help=f"SPEC: {spec_help}")
+    p = _command(actions, "chat", "print one greedy reply: ragen model chat [SPEC] TEXT")
+    p.add_argument("words", nargs="+", metavar="[SPEC] TEXT", help=f"SPEC: {SPEC_HELP}")
     p.add_argument("--max-new-tokens", type=_positive_int, default=128, help="reply budget")
     _model_args(p)
     p.set_defaults(func=_cmd_model_chat)
 
-    cfg = commands.add_parser(
-        "config",
-        help="list presets and show resolved configs",
-        description="list presets and show resolved configs",
-    )
-    cfg_cmds = cfg.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    p = cfg_cmds.add_parser(
-        "show",
-        help="print the resolved YAML of a preset plus overrides",
-        description="print the resolved YAML of a preset plus overrides",
-    )
+
+def _add_config_commands(commands) -> None:
+    cfg = _command(commands, "config", "list presets and show resolved configs")
+    actions = cfg.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    p = _command(actions, "show", "print the resolved YAML of a preset plus overrides")
     p.add_argument("preset", help="preset name (see `ragen config list`) or a .yaml path")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.clip_high=0.28")
     p.add_argument("--doc", action="store_true", help="print each field's documentation")
     p.set_defaults(func=_cmd_config_show)
-    p = cfg_cmds.add_parser(
-        "list", help="the presets shipped with ragen", description="the presets shipped with ragen"
-    )
+    p = _command(actions, "list", "the presets shipped with ragen")
     p.set_defaults(func=_cmd_config_list)
 
-    p = commands.add_parser(
-        "envs", help="list the environments", description="list the environments"
-    )
+
+def _add_eval_command(commands) -> None:
+    p = _command(commands, "eval", "evaluate a model on fixed seeds of an environment")
+    p.add_argument("--env", required=True, help="environment name (see `ragen envs`)")
+    p.add_argument("--model", help=f"model spec ({SPEC_HELP}); default: the preset's")
+    p.add_argument("--n", type=_positive_int, default=256, help="number of fixed seeds")
+    p.add_argument("--k", type=_positive_int, default=1, help="tries per seed (pass@k)")
+    p.add_argument("--temperature", type=_non_negative_float, default=0.5, help="0 = greedy")
+    p.add_argument("--backend", choices=["hf", "naive"], default="hf", help="generator backend")
+    p.add_argument("--preset", help="preset for the rollout settings (default: the env's)")
+    p.add_argument("--out", help="output folder (default: runs/eval-ENV-TIME)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.max_turns=3")
+    p.set_defaults(func=_cmd_eval)
+
+
+def _add_env_commands(commands) -> None:
+    p = _command(commands, "envs", "list the environments")
     p.set_defaults(func=_cmd_envs)
-    p = commands.add_parser(
-        "play",
-        help="play an environment in the terminal",
-        description="play an environment in the terminal",
-    )
+    p = _command(commands, "play", "play an environment in the terminal")
     p.add_argument("name", help="environment name (see `ragen envs`)")
     p.add_argument("--seed", type=_non_negative_int, default=0, help="level seed")
-    p.add_argument(
-        "--actions",
-        help='play a fixed sequence non-interactively, e.g. "Up,Left,Left"',
-    )
+    p.add_argument("--actions", help='play a fixed sequence non-interactively, e.g. "Up,Left,Left"')
     p.set_defaults(func=_cmd_play)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragen", description="Train LLM agents with multi-turn RL (StarPO / StarPO-S)."
+    )
+    parser.add_argument("--version", action="version", version=f"ragen {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_model_commands(commands)
+    _add_config_commands(commands)
+    _add_eval_command(commands)
+    _add_env_commands(commands)
     return parser
 
 
@@ -221,6 +257,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} is not a non-negative number")
     return value
 
 

@@ -458,6 +458,13 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in preset_dir().glob(f"*{PRESET_SUFFIX}"))
 
 
+def preset_for_env(env_name: str) -> str | None:
+    """The CPU preset of an env's family: the longest preset name the env name starts with
+    (sokoban-large → sokoban, frozen-lake-8x8 → frozen-lake)."""
+    family = [n for n in preset_names() if not n.endswith("-gpu") and env_name.startswith(n)]
+    return max(family, key=len, default=None)
+
+
 def _preset_path(name_or_path: str) -> Path:
     path = Path(name_or_path).expanduser()
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:

@@ -1,0 +1,211 @@
+"""Multi-turn episodes: P groups × N copies, one turn at a time, only for live episodes.
+
+Each turn: every live episode's context goes to the generator in one batch; each reply is
+parsed into actions; at most ``max_actions_per_turn`` of them (and no more than the episode
+has left) are executed; the observation and rewards go back as the next user message.
+An episode ends on a terminal env state, on its action or turn budget, when its context
+could not hold another reply, or when a reply runs out of tokens without closing. Every
+episode records why it ended (one of ``trajectory.END_REASONS``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ragen import envs
+from ragen.agent.parsing import parse_reply
+from ragen.agent.prompts import (
+    SYSTEM_PROMPT,
+    first_user_message,
+    reply_prefix,
+    turn_user_message,
+)
+from ragen.rollout.dialogue import ChatFormat
+from ragen.rollout.generator import Generator, Request
+from ragen.rollout.trajectory import Trajectory, Turn
+
+# Evaluation seeds start here so they never coincide with training seeds (which count up
+# from the trainer's seed stream well below this).
+EVAL_SEED_BASE = 1_000_000_000
+_CALLS = itertools.count()
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """The rollout settings the loop needs, as plain values (mirrors config.RolloutConfig)."""
+
+    max_turns: int = 5
+    max_actions_per_turn: int = 5
+    max_actions_per_episode: int = 10
+    max_reply_tokens: int = 400
+    max_context_tokens: int = 3600
+    temperature: float = 1.0
+    top_p: float = 1.0
+    think: bool = True
+    format_penalty: float = -0.1
+
+    @classmethod
+    def from_config(cls, rollout, **changes) -> RolloutSpec:
+        """Build from a ``config.RolloutConfig``; ``changes`` override fields (e.g. temperature)."""
+        values = {f: getattr(rollout, f) for f in cls.__dataclass_fields__}
+        return cls(**{**values, **changes})
+
+
+class _Episode:
+    """One live episode: its env, its trajectory and the dialogue as messages."""
+
+    def __init__(
+        self, env_name: str, env, group: int, copy: int, seed: int, key, budget: int
+    ) -> None:
+        self.env, self.key, self.budget = env, key, budget
+        self.traj = Trajectory(env=env_name, group=group, copy=copy, seed=seed)
+        self.messages: list[dict] = []
+        self.observation = ""
+        self.actions_used = 0
+
+    @property
+    def done(self) -> bool:
+        return bool(self.traj.end)
+
+    def finish(self, reason: str) -> None:
+        self.traj.end = reason
+
+
+def _start(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
+    ep.observation = ep.env.reset(ep.traj.seed)
+    user = first_user_message(
+        ep.env.instructions(),
+        ep.env.actions,
+        spec.max_actions_per_turn,
+        ep.observation,
+        spec.max_actions_per_episode,
+        think=spec.think,
+    )
+    ep.messages.append({"role": "user", "content": user})
+    ep.traj.append(fmt.opening(user), sampled=False)
+
+
+def _act(ep: _Episode, actions: Sequence[str]) -> tuple[list[float], bool]:
+    """Execute actions in order until the episode ends; returns (rewards, ended)."""
+    rewards: list[float] = []
+    for action in actions:
+        result = ep.env.step(action)
+        ep.actions_used += 1
+        rewards.append(result.reward)
+        ep.observation = result.observation
+        ep.traj.success = bool(result.info.get("success", False))
+        if result.terminated:
+            ep.finish("terminated")
+        elif result.truncated or ep.actions_used >= ep.budget:
+            ep.finish("truncated:actions")
+        if ep.done:
+            break
+    return rewards, ep.done
+
+
+def _per_turn(ep: _Episode, spec: RolloutSpec) -> int:
+    # A free-text env (no action words, e.g. Countdown) takes one answer per turn.
+    return spec.max_actions_per_turn if ep.env.actions else 1
+
+
+def _take_turn(ep: _Episode, sample, fmt: ChatFormat, spec: RolloutSpec, turn: int) -> None:
+    start = len(ep.traj.token_ids)
+    ep.traj.append(sample.token_ids, sampled=True, logprobs=sample.logprobs)
+    reply = fmt.reply_text(sample.token_ids)
+    left = ep.budget - ep.actions_used
+    parsed = parse_reply(reply, ep.env.actions, min(_per_turn(ep, spec), left), think=spec.think)
+    observation = ep.observation
+    if sample.finish == "length":
+        # The reply never closed: its half-written answer is not executed.
+        rewards, actions = [], []
+        ep.finish("truncated:reply_length")
+    else:
+        actions = list(parsed.actions)
+        rewards, _ = _act(ep, actions)
+    penalty = spec.format_penalty if not actions else 0.0
+    ep.traj.turns.append(
+        Turn(
+            observation=observation,
+            reply=reply,
+            think=parsed.think,
+            answer=parsed.answer,
+            actions=actions[: len(rewards)],
+            rewards=rewards,
+            reward=sum(rewards) + penalty,
+            format_ok=parsed.format_ok and sample.finish != "length",
+            problems=list(parsed.problems),
+            reply_start=start,
+            reply_end=start + len(sample.token_ids),
+        )
+    )
+    if not ep.done and turn + 1 >= spec.max_turns:
+        ep.finish("truncated:turns")
+    if ep.done:
+        return
+    user = turn_user_message(
+        turn + 2,
+        ep.observation,
+        ep.budget - ep.actions_used,
+        rewards,
+        max_actions_per_turn=_per_turn(ep, spec),
+        think=spec.think,
+    )
+    stopped = bool(sample.token_ids) and sample.token_ids[-1] in fmt.stop_ids
+    # ep.messages still ends with the user message this reply answered
+    ep.traj.append(fmt.continuation(ep.messages, user, reply_stopped=stopped), sampled=False)
+    ep.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": user}]
+
+
+def rollout(
+    generator: Generator,
+    tokenizer,
+    env_name: str,
+    seeds: Sequence[int],
+    group_size: int,
+    spec: RolloutSpec,
+    *,
+    env_options: dict | None = None,
+    sample_seed: int = 0,
+    on_turn: Callable[[int, int], None] | None = None,
+) -> list[Trajectory]:
+    """Play ``len(seeds)`` groups of ``group_size`` copies (a group's copies share its seed).
+
+    Returns the trajectories ordered group by group. ``on_turn(turn, live)`` is called before
+    each turn's generation (for progress display).
+    """
+    fmt = ChatFormat(tokenizer, SYSTEM_PROMPT, reply_prefix(spec.think))
+    call = next(_CALLS)
+    episodes = []
+    for group, seed in enumerate(seeds):
+        for copy in range(group_size):
+            env = envs.make(env_name, **(env_options or {}))
+            key = (call, group, copy)
+            ep = _Episode(env_name, env, group, copy, int(seed), key, spec.max_actions_per_episode)
+            _start(ep, fmt, spec)
+            episodes.append(ep)
+    try:
+        for turn in range(spec.max_turns):
+            live = [ep for ep in episodes if not ep.done]
+            for ep in live:
+                if len(ep.traj.token_ids) + spec.max_reply_tokens > spec.max_context_tokens:
+                    ep.finish("truncated:context")
+            live = [ep for ep in live if not ep.done]
+            if not live:
+                break
+            if on_turn is not None:
+                on_turn(turn, len(live))
+            samples = generator.generate(
+                [Request(ep.key, list(ep.traj.token_ids)) for ep in live],
+                max_new_tokens=spec.max_reply_tokens,
+                temperature=spec.temperature,
+                top_p=spec.top_p,
+                seed=sample_seed * 7919 + turn,
+            )
+            for ep, sample in zip(live, samples, strict=True):
+                _take_turn(ep, sample, fmt, spec, turn)
+            generator.release([ep.key for ep in live if ep.done])
+    finally:
+        generator.release([ep.key for ep in episodes])
+    return [ep.traj for ep in episodes]

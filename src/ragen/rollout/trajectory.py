@@ -1,0 +1,138 @@
+"""Episodes as exact token sequences, and their collation into training tensors.
+
+A trajectory holds the token ids the policy saw and produced, in order: the sampled reply
+tokens exactly as generated (never re-encoded from text) and the template / environment
+tokens appended as ids between them. ``loss_mask`` is 1 on sampled tokens only, so the update
+trains exactly what was sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import torch
+
+END_REASONS = (
+    "terminated",
+    "truncated:actions",
+    "truncated:turns",
+    "truncated:context",
+    "truncated:reply_length",
+)
+RewardPlacement = Literal["last_token", "per_turn"]
+
+
+@dataclass
+class Turn:
+    """One reply and what it did. ``reply_start:reply_end`` indexes the sampled tokens."""
+
+    observation: str
+    reply: str
+    think: str
+    answer: str
+    actions: list[str]
+    rewards: list[float]
+    reward: float
+    format_ok: bool
+    problems: list[str]
+    reply_start: int
+    reply_end: int
+
+
+@dataclass
+class Trajectory:
+    """One episode. ``token_ids``, ``loss_mask`` and ``logprobs`` have the same length."""
+
+    env: str
+    group: int
+    copy: int
+    seed: int
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    success: bool = False
+    end: str = ""
+
+    @property
+    def total_reward(self) -> float:
+        return sum(t.reward for t in self.turns)
+
+    def append(self, ids: list[int], *, sampled: bool, logprobs: list[float] | None = None) -> None:
+        """Extend the sequence: sampled reply tokens (mask 1) or context tokens (mask 0)."""
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([1 if sampled else 0] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+    def token_rewards(self, placement: RewardPlacement = "last_token") -> list[float]:
+        """Rewards per token: the episode return on the last sampled token (``last_token``),
+        or each turn's reward on that turn's last sampled token (``per_turn``)."""
+        rewards = [0.0] * len(self.token_ids)
+        if not self.turns:
+            return rewards
+        if placement == "last_token":
+            rewards[self.turns[-1].reply_end - 1] = self.total_reward
+        else:
+            for turn in self.turns:  # every reply holds at least one sampled token
+                rewards[turn.reply_end - 1] += turn.reward
+        return rewards
+
+    def to_record(self) -> dict:
+        """The JSONL episode record (no token ids: those stay in memory for the update)."""
+        return {
+            "env": self.env,
+            "group": self.group,
+            "copy": self.copy,
+            "seed": self.seed,
+            "turns": [
+                {k: v for k, v in asdict(t).items() if k not in ("reply_start", "reply_end")}
+                for t in self.turns
+            ],
+            "total_reward": self.total_reward,
+            "success": self.success,
+            "end": self.end,
+            "num_turns": len(self.turns),
+            "num_actions": sum(len(t.actions) for t in self.turns),
+            "reply_tokens": sum(self.loss_mask),
+            "context_tokens": len(self.token_ids),
+        }
+
+
+@dataclass
+class Batch:
+    """Right-padded training tensors, each (B, T); padding has attention 0 and loss 0."""
+
+    input_ids: torch.Tensor  # (B, T) long
+    attention_mask: torch.Tensor  # (B, T) long
+    loss_mask: torch.Tensor  # (B, T) float, 1 on sampled tokens
+    rewards: torch.Tensor  # (B, T) float, placed per reward_placement
+    old_logprobs: torch.Tensor  # (B, T) float, sampling log-probs (0 off the mask)
+    scores: torch.Tensor  # (B,) float, episode returns
+    group_ids: torch.Tensor  # (B,) long
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def collate(
+    trajectories: list[Trajectory], pad_id: int, placement: RewardPlacement = "last_token"
+) -> Batch:
+    """Stack trajectories into a Batch. Right padding keeps every real token's position
+    (a causal model never looks right), so no sampled token changes under batching."""
+    if not trajectories:
+        raise ValueError("collate needs at least one trajectory")
+    width = max(len(t.token_ids) for t in trajectories)
+
+    def pad(rows: list[list], value) -> list[list]:
+        return [row + [value] * (width - len(row)) for row in rows]
+
+    return Batch(
+        input_ids=torch.tensor(pad([t.token_ids for t in trajectories], pad_id)),
+        attention_mask=torch.tensor(pad([[1] * len(t.token_ids) for t in trajectories], 0)),
+        loss_mask=torch.tensor(pad([t.loss_mask for t in trajectories], 0), dtype=torch.float32),
+        rewards=torch.tensor(pad([t.token_rewards(placement) for t in trajectories], 0.0)),
+        old_logprobs=torch.tensor(pad([t.logprobs for t in trajectories], 0.0)),
+        scores=torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32),
+        group_ids=torch.tensor([t.group for t in trajectories]),
+    )

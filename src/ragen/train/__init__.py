@@ -1,0 +1,1 @@
+"""The training side: evaluation runs now; the StarPO trainer joins it."""

@@ -1,0 +1,80 @@
+"""Evaluate a policy on fixed seeds and write the results into a run directory."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ragen.config import Config
+from ragen.monitor.logging import RunDir, RunDirError, append_jsonl
+from ragen.rollout.evaluate import eval_seeds, summarize
+from ragen.rollout.generator import Generator
+from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
+from ragen.rollout.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What to evaluate: ``n`` fixed seeds of ``env``, ``k`` tries each, at ``temperature``."""
+
+    env: str
+    n: int = 256
+    k: int = 1
+    temperature: float = 0.5
+
+
+def evaluate(
+    generator: Generator, tokenizer, config: Config, request: EvalRequest, *, progress: bool
+) -> tuple[dict, list[Trajectory]]:
+    """Roll out the evaluation and summarise it; the same request gives the same seeds."""
+    spec = RolloutSpec.from_config(config.rollout, temperature=request.temperature)
+    options = config.env.options if request.env == config.env.name else {}
+    bar = tqdm(total=spec.max_turns, desc=f"eval {request.env}", unit="turn", disable=not progress)
+
+    def on_turn(turn: int, live: int) -> None:
+        bar.set_postfix(live=live)
+        bar.update(1 if turn else 0)
+
+    started = time.perf_counter()
+    try:
+        trajectories = rollout(
+            generator,
+            tokenizer,
+            request.env,
+            eval_seeds(request.n, EVAL_SEED_BASE),
+            request.k,
+            spec,
+            env_options=options,
+            sample_seed=config.trainer.seed,
+            on_turn=on_turn,
+        )
+    finally:
+        bar.update(bar.total - bar.n)
+        bar.close()
+    summary = summarize(trajectories)
+    summary.update(env=request.env, temperature=request.temperature)
+    summary["seconds"] = round(time.perf_counter() - started, 2)
+    return summary, trajectories
+
+
+def eval_files(out: Path) -> tuple[Path, Path]:
+    """(summary file, episode file) of a standalone evaluation in ``out``."""
+    run = RunDir(out)
+    return run.evals, run.trajectories / "eval.jsonl"
+
+
+def check_eval_out(out: Path) -> None:
+    """Refuse an output folder that already holds an evaluation's episodes."""
+    _, episodes = eval_files(out)
+    if episodes.exists():
+        raise RunDirError(f"{episodes} already exists: choose another --out")
+
+
+def write_eval(out: Path, summary: dict, trajectories: list[Trajectory], model: str) -> None:
+    """Append the summary to eval.jsonl and write every episode to trajectories/eval.jsonl."""
+    summaries, episodes = eval_files(out)
+    append_jsonl(episodes, [t.to_record() for t in trajectories])
+    append_jsonl(summaries, [{"model": model, **summary}])
