@@ -98,6 +98,48 @@ def _cmd_config_list(_: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ------------------------------------------------------------------------------- train
+
+
+def _train_config(args: argparse.Namespace):
+    """(config, run dir) of a new run or of the run being resumed; nothing is written yet."""
+    from pathlib import Path
+
+    from ragen import config
+    from ragen.monitor.logging import RunDir, default_run_root
+
+    positional = [args.preset] if args.preset else []
+    if args.resume:
+        run = RunDir(Path(args.resume))
+        if not run.config.is_file():
+            raise UsageError(f"{args.resume} is not a run directory (no config.yaml)")
+        return config.load(str(run.config), [*positional, *args.overrides]), run
+    if not args.preset:
+        raise UsageError("name a preset (see `ragen config list`) or pass --resume RUN_DIR")
+    cfg = config.load(args.preset, args.overrides)
+    return cfg, RunDir(Path(args.out) if args.out else default_run_root(args.preset))
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from ragen.monitor.logging import create_run_dir, rewrite_config
+    from ragen.train.trainer import Trainer
+
+    cfg, run = _train_config(args)  # a refused config leaves no folder behind
+    if args.resume:
+        rewrite_config(run, cfg)
+    else:
+        create_run_dir(run.root, cfg)
+    print(f"run directory: {run.root}")
+    trainer = Trainer(cfg, run, resume=bool(args.resume))
+    try:
+        trainer.train()
+    except KeyboardInterrupt:
+        print(f"interrupted; continue with: ragen train --resume {run.root}", file=sys.stderr)
+        return 130
+    print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
+    return EXIT_OK
+
+
 # -------------------------------------------------------------------------------- eval
 
 
@@ -230,6 +272,15 @@ def _add_eval_command(commands) -> None:
     p.set_defaults(func=_cmd_eval)
 
 
+def _add_train_command(commands) -> None:
+    p = _command(commands, "train", "train a policy with StarPO / StarPO-S")
+    p.add_argument("preset", nargs="?", help="preset name (see `ragen config list`) or .yaml")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algo.estimator=grpo")
+    p.add_argument("--out", help="run directory (default: runs/PRESET-TIME)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    p.set_defaults(func=_cmd_train)
+
+
 def _add_env_commands(commands) -> None:
     p = _command(commands, "envs", "list the environments")
     p.set_defaults(func=_cmd_envs)
@@ -248,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_model_commands(commands)
     _add_config_commands(commands)
+    _add_train_command(commands)
     _add_eval_command(commands)
     _add_env_commands(commands)
     return parser

@@ -99,6 +99,8 @@ class RolloutConfig:
     """Where rewards land: the episode's last reply token, or each turn's last reply token."""
     reuse_k: int = opt(1, ge=1)
     """Updates per rollout set ("online-k"); 1 means fresh rollouts every update."""
+    backend: Literal["hf", "naive"] = "hf"
+    """Generator: hf (KV cache kept across turns, shared group prefill) or naive (reference)."""
 
 
 @dataclass
@@ -171,6 +173,8 @@ class TrainerConfig:
     """Sampling temperature of evaluation."""
     save_every: int = opt(50, ge=0)
     """Checkpoint every this many steps; 0 only at the end."""
+    keep_checkpoints: int = opt(2, ge=1)
+    """How many of the newest checkpoints to keep on disk."""
 
 
 @dataclass
@@ -383,6 +387,13 @@ def _check_combinations(c: Config) -> None:
             "trainer.micro_batch_size and trainer.mini_batch_size",
             f"{t.micro_batch_size} > {t.mini_batch_size}",
             "a micro-batch is a slice of a mini-batch; lower trainer.micro_batch_size",
+        )
+    if r.reuse_k > 1 and t.save_every % r.reuse_k:
+        raise _contradiction(
+            "trainer.save_every and rollout.reuse_k",
+            f"{t.save_every} is not a multiple of {r.reuse_k}",
+            "a checkpoint inside a reuse window could not resume exactly; make save_every "
+            "a multiple of reuse_k",
         )
     if not (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:")):
         raise ConfigError(

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -308,3 +309,36 @@ def greedy_reply(model, tokenizer, text: str, *, max_new_tokens: int = 64) -> st
         pad_token_id=tokenizer.pad_token_id,
     )
     return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
+
+
+class ValueModel(torch.nn.Module):
+    """A critic: the policy LM's transformer body with a scalar head instead of the LM head.
+
+    Initialised from the policy LM (as in the paper), so it starts from the same features.
+    ``forward(input_ids, attention_mask) -> values (B, T)``: the value of the state after
+    each position's token, i.e. before the next token is generated.
+    """
+
+    def __init__(self, lm) -> None:
+        super().__init__()
+        self.body = lm.base_model  # the decoder without its LM head (LlamaModel, Qwen2Model...)
+        self.config = lm.config
+        self.head = torch.nn.Linear(lm.config.hidden_size, 1)
+        # A zero head starts every value at 0: no arbitrary initial critic error.
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)  # (B, T)
+
+
+def apply_lora(model, rank: int, alpha: int, targets: Sequence[str]):
+    """Wrap ``model`` with LoRA adapters (peft); only the adapters (and any module named
+    in ``modules_to_save``) train. ``targets`` = ["all-linear"] adapts every linear layer but
+    the output head."""
+    from peft import LoraConfig, get_peft_model
+
+    target = "all-linear" if list(targets) == ["all-linear"] else list(targets)
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=target, lora_dropout=0.0)
+    return get_peft_model(model, config)

@@ -15,6 +15,8 @@ def _turn(start, end, reward, actions=("Up",)):
         reward=reward,
         format_ok=True,
         problems=[],
+        unknown_actions=0,
+        think_tokens=1,
         reply_start=start,
         reply_end=end,
     )

@@ -98,6 +98,11 @@ def create_run_dir(root: str | Path, config: Config) -> RunDir:
     return run
 
 
+def rewrite_config(run: RunDir, config: Config) -> None:
+    """Replace a run's config.yaml (a resumed run with overrides records what it runs)."""
+    _write_atomic(run.config, to_yaml(config))
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -146,6 +151,11 @@ def _heal_torn_tail(fh, path: Path) -> None:
             probe.seek(size - 1)
             if probe.read(1) != b"\n":
                 fh.write("\n")
+
+
+def rewrite_jsonl(path: Path, records: Iterable[dict]) -> None:
+    """Replace a JSONL file's content atomically (write aside, fsync, rename)."""
+    _write_atomic(path, "".join(to_json_line(r) + "\n" for r in records))
 
 
 @dataclass

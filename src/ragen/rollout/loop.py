@@ -136,6 +136,8 @@ def _take_turn(ep: _Episode, sample, fmt: ChatFormat, spec: RolloutSpec, turn: i
             reward=sum(rewards) + penalty,
             format_ok=parsed.format_ok and sample.finish != "length",
             problems=list(parsed.problems),
+            unknown_actions=parsed.unknown_actions,
+            think_tokens=len(fmt.tokenizer(parsed.think, add_special_tokens=False)["input_ids"]),
             reply_start=start,
             reply_end=start + len(sample.token_ids),
         )

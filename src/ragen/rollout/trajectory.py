@@ -36,6 +36,8 @@ class Turn:
     reward: float
     format_ok: bool
     problems: list[str]
+    unknown_actions: int
+    think_tokens: int
     reply_start: int
     reply_end: int
 

@@ -1,0 +1,321 @@
+"""The StarPO / StarPO-S training loop.
+
+One iteration: rollout → filter → score → advantages → update → log → checkpoint → evaluate.
+Every source of randomness of step ``s`` is derived from ``(trainer.seed, s)`` (the env
+seeds, the sampling noise, the mini-batch order), so a run resumed from a checkpoint
+replays exactly what the uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ragen import models
+from ragen.algos import NEEDS_CRITIC, estimate, select_groups
+from ragen.config import Config, to_dict
+from ragen.monitor.logging import MetricsLogger, RunDir, append_jsonl, read_jsonl, rewrite_jsonl
+from ragen.monitor.metrics import rollout_metrics
+from ragen.rollout.generator import make_generator
+from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
+from ragen.rollout.trajectory import Trajectory, collate
+from ragen.train import checkpoint
+from ragen.train.evaluator import EvalRequest, evaluate
+from ragen.train.scoring import policy_logprobs, score_batch
+from ragen.train.update import UpdateData, UpdateSettings, ppo_update
+
+
+def step_env_seeds(seed: int, step: int, groups: int) -> list[int]:
+    """The initial-state seeds of a training step: fresh each step, below the eval seeds."""
+    rng = np.random.default_rng([seed, step])
+    return [int(s) for s in rng.integers(0, EVAL_SEED_BASE, size=groups)]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass
+class Models:
+    """What the loop trains and samples with."""
+
+    policy: torch.nn.Module
+    tokenizer: object
+    critic: torch.nn.Module | None
+    ref: object  # callable (ids, mask) -> (B, T) log-probs, or None when KL is off
+    optimizers: dict[str, torch.optim.Optimizer]
+
+
+def build_models(config: Config, device: torch.device) -> Models:
+    """Policy (float32 master weights, LoRA if asked), critic from the same LM, optimisers."""
+    m, t, a = config.model, config.trainer, config.algo
+    policy, tokenizer = models.load_policy(
+        m.spec, dtype="float32", device=str(device), allow_download=m.allow_download, seed=t.seed
+    )
+    critic = None
+    if a.estimator in NEEDS_CRITIC:
+        critic = models.ValueModel(copy.deepcopy(policy)).to(device)
+    if m.lora_rank > 0:
+        policy = models.apply_lora(policy, m.lora_rank, m.lora_alpha, m.lora_targets)
+        if critic is not None:
+            critic.body = models.apply_lora(critic.body, m.lora_rank, m.lora_alpha, m.lora_targets)
+    ref = _reference(policy, a.kl_coef, config.rollout.temperature)
+
+    def adam(model, lr):
+        params = [p for p in model.parameters() if p.requires_grad]
+        betas = (t.adam_beta1, t.adam_beta2)
+        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=t.weight_decay)
+
+    optimizers = {"actor": adam(policy, t.actor_lr)}
+    if critic is not None:
+        optimizers["critic"] = adam(critic, t.critic_lr)
+    return Models(policy.eval(), tokenizer, critic, ref, optimizers)
+
+
+def _reference(policy, kl_coef: float, temperature: float):
+    """The frozen reference policy for the KL term (None when the term is off). With LoRA
+    the reference is the policy with its adapters switched off: no second copy."""
+    if kl_coef <= 0:
+        return None
+    if hasattr(policy, "disable_adapter"):
+        model, context = policy, policy.disable_adapter
+    else:
+        model, context = copy.deepcopy(policy).requires_grad_(False), nullcontext
+
+    def ref_logprobs(ids, mask):
+        with context():
+            return policy_logprobs(model, ids, mask, temperature=temperature, with_entropy=False)[0]
+
+    return ref_logprobs
+
+
+class Trainer:
+    """Owns the models, the run directory and the step counter."""
+
+    def __init__(self, config: Config, run: RunDir, *, resume: bool = False) -> None:
+        self.config, self.run = config, run
+        self.device = resolve_device(config.trainer.device)
+        torch.manual_seed(config.trainer.seed)
+        self.m = build_models(config, self.device)
+        self.generator = make_generator(config.rollout.backend, self.m.policy, self.m.tokenizer)
+        self.spec = RolloutSpec.from_config(config.rollout)
+        self.start_step = self._resume() if resume else 0
+        self.rollouts: list[Trajectory] | None = None
+        self.rollouts_step = -1
+
+    # ------------------------------------------------------------------------ the loop
+
+    def train(self) -> None:
+        t = self.config.trainer
+        with (
+            MetricsLogger(
+                self.run,
+                tensorboard=self.config.logging.tensorboard,
+                wandb=self.config.logging.wandb,
+                wandb_project=self.config.logging.wandb_project,
+                config=to_dict(self.config),
+            ) as log,
+            tqdm(
+                total=t.steps,
+                initial=self.start_step,
+                desc="train",
+                unit="step",
+                disable=not self.config.logging.progress,
+            ) as bar,
+        ):
+            for step in range(self.start_step, t.steps):
+                metrics = self.step(step, log)
+                bar.set_postfix(
+                    reward=f"{metrics['rollout/reward_mean']:+.3f}",
+                    success=f"{metrics['rollout/success']:.2f}",
+                )
+                bar.update(1)
+
+    def step(self, step: int, log: MetricsLogger) -> dict[str, float]:
+        """One StarPO iteration; returns the metrics it logged."""
+        metrics: dict[str, float] = {}
+        started = time.perf_counter()
+        trajectories = self.collect(step)
+        metrics["time/rollout_s"] = time.perf_counter() - started
+        metrics.update(rollout_metrics(trajectories))
+        kept, filter_metrics = self.filter(trajectories)
+        metrics.update(filter_metrics)
+        started = time.perf_counter()
+        data = self.prepare(kept)
+        metrics.update(self.update(data, step))
+        metrics["time/update_s"] = time.perf_counter() - started
+        metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
+            metrics["time/update_s"], 1e-9
+        )
+        metrics.update(self.maybe_evaluate(step))
+        log.log(step, metrics)
+        if self.config.logging.save_trajectories:
+            log.log_episodes(step, [t.to_record() for t in trajectories])
+        self.maybe_checkpoint(step)
+        return metrics
+
+    # ------------------------------------------------------------------------ the stages
+
+    def collect(self, step: int) -> list[Trajectory]:
+        """Fresh rollouts at the first step of each ``rollout.reuse_k`` window; the same set
+        again on the window's other steps ("online-k")."""
+        c, t = self.config, self.config.trainer
+        first = step - step % c.rollout.reuse_k
+        if self.rollouts is None or self.rollouts_step != first:
+            self.rollouts_step = first
+            self.rollouts = rollout(
+                self.generator,
+                self.m.tokenizer,
+                c.env.name,
+                step_env_seeds(t.seed, first, c.rollout.groups),
+                c.rollout.group_size,
+                self.spec,
+                env_options=c.env.options,
+                sample_seed=t.seed * 1_000_003 + first,
+            )
+        return self.rollouts
+
+    def filter(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], dict]:
+        """StarPO-S uncertainty filtering: keep the groups whose returns vary most."""
+        a, n = self.config.algo, self.config.rollout.group_size
+        returns = torch.tensor([t.total_reward for t in trajectories]).view(-1, n)  # (G, N)
+        keep, metrics = select_groups(returns, a.filter_ratio, a.filter_mode)
+        return [t for t in trajectories if keep[t.group]], metrics
+
+    def prepare(self, kept: list[Trajectory]) -> UpdateData:
+        """Collate, score (old log-probs in the update's dtype, reference, values), and
+        compute advantages."""
+        c = self.config
+        batch = collate(kept, self.m.tokenizer.pad_token_id, c.rollout.reward_placement)
+        ids = batch.input_ids.to(self.device)
+        mask = batch.attention_mask.to(self.device)
+        with self._autocast():
+            scored = score_batch(
+                self.m.policy,
+                self.m.critic,
+                self.m.ref,
+                ids,
+                mask,
+                temperature=c.rollout.temperature,
+                micro_batch=c.trainer.micro_batch_size,
+            )
+        loss_mask = batch.loss_mask.to(self.device)
+        advantages, returns = estimate(
+            c.algo.estimator,
+            rewards=batch.rewards.to(self.device),
+            mask=loss_mask,
+            values=scored["values"],
+            scores=batch.scores.to(self.device),
+            group_ids=batch.group_ids.to(self.device),
+            gamma=c.algo.gamma,
+            lam=c.algo.lam,
+            turn_gamma=c.algo.turn_gamma,
+            norm_by_std=c.algo.grpo_norm_by_std,
+        )
+        return UpdateData(
+            input_ids=ids,
+            attention_mask=mask,
+            loss_mask=loss_mask,
+            advantages=advantages.float(),
+            returns=returns.float(),
+            old_logprobs=scored["old_logprobs"],
+            ref_logprobs=scored["ref_logprobs"],
+            old_values=scored["values"],
+        )
+
+    def update(self, data: UpdateData, step: int) -> dict[str, float]:
+        a, t = self.config.algo, self.config.trainer
+        settings = UpdateSettings(
+            clip_low=a.clip_low,
+            clip_high=a.clip_high,
+            dual_clip=a.dual_clip,
+            value_clip=a.value_clip,
+            entropy_coef=a.entropy_coef,
+            kl_coef=a.kl_coef,
+            kl_type=a.kl_type,
+            loss_agg=a.loss_agg,
+            grad_clip=t.grad_clip,
+            ppo_epochs=t.ppo_epochs,
+            mini_batch_size=t.mini_batch_size,
+            micro_batch_size=t.micro_batch_size,
+            temperature=self.config.rollout.temperature,
+            autocast_dtype=self._autocast_dtype(),
+        )
+        return ppo_update(
+            self.m.policy, self.m.critic, self.m.optimizers, data, settings, seed=t.seed + step
+        )
+
+    def maybe_evaluate(self, step: int) -> dict[str, float]:
+        """Every ``trainer.eval_every`` steps and after the last: fixed seeds, eval temperature."""
+        t = self.config.trainer
+        last = step + 1 == t.steps
+        if t.eval_every == 0 or not ((step + 1) % t.eval_every == 0 or last):
+            return {}
+        metrics = {}
+        for env in self.config.env.eval_names or [self.config.env.name]:
+            request = EvalRequest(env=env, n=t.eval_episodes, temperature=t.eval_temperature)
+            summary, _ = evaluate(
+                self.generator, self.m.tokenizer, self.config, request, progress=False
+            )
+            append_jsonl(self.run.evals, [{"step": step, **summary}])
+            for key in ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean"):
+                metrics[f"eval/{env}/{key}"] = summary[key]
+        return metrics
+
+    def maybe_checkpoint(self, step: int) -> None:
+        t = self.config.trainer
+        last = step + 1 == t.steps
+        if last or (t.save_every and (step + 1) % t.save_every == 0):
+            checkpoint.save_checkpoint(
+                self.run,
+                step + 1,
+                policy=self.m.policy,
+                tokenizer=self.m.tokenizer,
+                critic=self.m.critic,
+                optimizers=self.m.optimizers,
+                state={},
+                keep=t.keep_checkpoints,
+            )
+
+    # ------------------------------------------------------------------------ helpers
+
+    def _autocast_dtype(self) -> torch.dtype | None:
+        dtype = models.resolve_dtype(self.config.trainer.update_dtype, self.device)
+        return None if dtype == torch.float32 else dtype
+
+    def _autocast(self):
+        dtype = self._autocast_dtype()
+        return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
+
+    def _resume(self) -> int:
+        """Load the newest complete checkpoint; drop what the run logged after it."""
+        done = checkpoint.complete_checkpoints(self.run)
+        if not done:
+            return 0
+        state = checkpoint.load_checkpoint(
+            done[-1], policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
+        )
+        step = int(state["step"])
+        truncate_after(self.run, step)
+        return step
+
+
+def truncate_after(run: RunDir, step: int) -> None:
+    """Forget steps >= ``step`` that a killed run logged past its last checkpoint, so the
+    resumed run writes them once."""
+    for path in (run.metrics, run.evals):
+        read = read_jsonl(path)
+        kept = [r for r in read.records if int(r.get("step", -1)) < step]
+        if len(kept) != len(read.records) or read.skipped:
+            rewrite_jsonl(path, kept)
+    for episodes in run.trajectories.glob("step_*.jsonl"):
+        if int(episodes.stem.removeprefix("step_")) >= step:
+            episodes.unlink()

@@ -1,0 +1,185 @@
+"""The PPO update: epochs over shuffled mini-batches, gradients accumulated over micro-batches.
+
+Per micro-batch: the policy loss (decoupled clip), minus the entropy bonus, plus the KL
+penalty when it is on; the critic's clipped value loss. Each is aggregated with the
+mini-batch's normaliser, so micro-batch losses add up to the mini-batch loss exactly. A
+mini-batch whose loss or gradient norm is not finite is skipped: no optimiser step, the
+weights stay as they were, and ``actor/skipped_steps`` counts it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from ragen.algos import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
+from ragen.train.scoring import critic_values, policy_logprobs
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The update's coefficients as plain values (from config.algo and config.trainer)."""
+
+    clip_low: float
+    clip_high: float
+    dual_clip: float | None
+    value_clip: float
+    entropy_coef: float
+    kl_coef: float
+    kl_type: str
+    loss_agg: str
+    grad_clip: float
+    ppo_epochs: int
+    mini_batch_size: int
+    micro_batch_size: int
+    temperature: float
+    autocast_dtype: torch.dtype | None
+
+
+@dataclass
+class UpdateData:
+    """Everything the update reads, each (B, T) unless noted; rows are episodes."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    old_logprobs: torch.Tensor
+    ref_logprobs: torch.Tensor | None
+    old_values: torch.Tensor | None
+
+    def rows(self, index: torch.Tensor) -> UpdateData:
+        """A sub-batch, trimmed to its longest row (right padding only)."""
+        width = int(self.attention_mask[index].sum(dim=1).max())
+
+        def take(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[index, :width]
+
+        return UpdateData(*(take(getattr(self, f)) for f in self.__dataclass_fields__))
+
+
+def _normaliser(mask: torch.Tensor, mode: str) -> float:
+    """The mini-batch's divisor for ``aggregate``: its token count, or its row count."""
+    if mode == "token_mean":
+        return float(mask.sum())
+    return float((mask.sum(dim=1) > 0).sum())
+
+
+class _Tally:
+    """Means of per-micro-batch statistics, weighted by sampled tokens."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.weights: dict[str, float] = defaultdict(float)
+
+    def add(self, stats: dict[str, float], weight: float) -> None:
+        for key, value in stats.items():
+            self.sums[key] += float(value) * weight
+            self.weights[key] += weight
+
+    def means(self) -> dict[str, float]:
+        return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
+
+
+def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float):
+    """(actor loss, critic loss or None, stats) of one micro-batch."""
+    mask = data.loss_mask
+    logp, entropy = policy_logprobs(
+        policy, data.input_ids, data.attention_mask, temperature=s.temperature
+    )
+    pg_tok, stats = policy_loss(
+        logp, data.old_logprobs, data.advantages, mask, s.clip_low, s.clip_high, s.dual_clip
+    )
+    pg = aggregate(pg_tok, mask, s.loss_agg, norm)
+    ent = aggregate(entropy, mask, s.loss_agg, norm)
+    actor = pg - s.entropy_coef * ent
+    out = {f"actor/{k}": float(v) for k, v in stats.items()}
+    out.update({"actor/pg_loss": float(pg.detach()), "actor/entropy": float(ent.detach())})
+    if data.ref_logprobs is not None and s.kl_coef > 0:
+        kl = aggregate(kl_penalty(logp, data.ref_logprobs, s.kl_type), mask, s.loss_agg, norm)
+        actor = actor + s.kl_coef * kl
+        out["actor/kl"] = float(kl.detach())
+    critic_loss = None
+    if critic is not None:
+        values = critic_values(critic, data.input_ids, data.attention_mask)
+        v_tok, v_stats = value_loss(values, data.old_values, data.returns, mask, s.value_clip)
+        critic_loss = aggregate(v_tok, mask, s.loss_agg, norm)
+        out.update({f"critic/{k}": float(v) for k, v in v_stats.items()})
+        out["critic/value_loss"] = float(critic_loss.detach())
+        out["critic/explained_var"] = float(explained_variance(values.detach(), data.returns, mask))
+    return actor, critic_loss, out
+
+
+def ppo_update(
+    policy,
+    critic,
+    optimizers: dict[str, torch.optim.Optimizer],
+    data: UpdateData,
+    s: UpdateSettings,
+    *,
+    seed: int,
+) -> dict[str, float]:
+    """Run the PPO epochs; returns the step's ``actor/…`` and ``critic/…`` metrics."""
+    generator = torch.Generator().manual_seed(seed)
+    tally, skipped, steps = _Tally(), 0, 0
+    autocast = (
+        torch.autocast(data.input_ids.device.type, dtype=s.autocast_dtype)
+        if s.autocast_dtype is not None
+        else nullcontext()
+    )
+    policy.train()
+    for _ in range(s.ppo_epochs):
+        order = torch.randperm(len(data.input_ids), generator=generator)
+        for mini in order.split(s.mini_batch_size):
+            mini_data = data.rows(mini)
+            norm = _normaliser(mini_data.loss_mask, s.loss_agg)
+            if norm == 0:
+                continue  # nothing sampled in this mini-batch: no gradient to take
+            for opt in optimizers.values():
+                opt.zero_grad(set_to_none=True)
+            finite = True
+            for micro in torch.arange(len(mini)).split(s.micro_batch_size):
+                part = mini_data.rows(micro)
+                with autocast:
+                    actor, critic_loss, stats = _micro_loss(policy, critic, part, s, norm)
+                total = actor if critic_loss is None else actor + critic_loss
+                if not torch.isfinite(total):
+                    finite = False
+                    break
+                total.backward()
+                tally.add(stats, float(part.loss_mask.sum()))
+            norms = _clip(policy, critic, s.grad_clip)
+            finite = finite and all(math.isfinite(n) for n in norms.values())
+            if finite:
+                for opt in optimizers.values():
+                    opt.step()
+                steps += 1
+                tally.add(norms, 1.0)
+            else:
+                skipped += 1
+            for opt in optimizers.values():
+                opt.zero_grad(set_to_none=True)
+    policy.eval()
+    metrics = tally.means()
+    metrics.update({"actor/skipped_steps": float(skipped), "actor/optimizer_steps": float(steps)})
+    return metrics
+
+
+def _clip(policy, critic, max_norm: float) -> dict[str, float]:
+    """Clip each model's gradients to ``max_norm``; returns the norms before clipping."""
+    norms = {"actor/grad_norm": _clip_one(policy, max_norm)}
+    if critic is not None:
+        norms["critic/grad_norm"] = _clip_one(critic, max_norm)
+    return norms
+
+
+def _clip_one(model, max_norm: float) -> float:
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))

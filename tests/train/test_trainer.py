@@ -1,0 +1,243 @@
+"""End-to-end training on the tiny model: what changes, what is written, exact resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from ragen import config, models
+from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.train import checkpoint
+from ragen.train.scoring import policy_logprobs
+from ragen.train.trainer import Trainer, step_env_seeds
+from ragen.train.update import UpdateData, UpdateSettings, ppo_update
+
+SMALL = [
+    "model.spec=tiny",
+    "rollout.groups=4",
+    "rollout.group_size=2",
+    "rollout.max_reply_tokens=6",
+    "trainer.mini_batch_size=4",
+    "trainer.micro_batch_size=2",
+    "trainer.eval_every=0",
+    "trainer.actor_lr=1e-3",
+    "trainer.critic_lr=1e-3",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
+
+
+def _config(*overrides):
+    return config.load("sokoban", [*SMALL, *overrides])
+
+
+def _train(tmp_path, name, *overrides, resume=False):
+    cfg = _config(*overrides)
+    run = RunDir(tmp_path / name)
+    if not resume:
+        create_run_dir(run.root, cfg)
+    trainer = Trainer(cfg, run, resume=resume)
+    trainer.train()
+    return trainer, run
+
+
+def _stable(record):
+    return {k: v for k, v in record.items() if not k.startswith(("time", "perf/"))}
+
+
+def test_env_seeds_are_fresh_each_step_and_below_eval_seeds():
+    a, b = step_env_seeds(0, 0, 8), step_env_seeds(0, 1, 8)
+    assert a != b and a == step_env_seeds(0, 0, 8)
+    assert max(a + b) < 1_000_000_000
+
+
+def test_training_changes_weights_and_writes_the_run(tmp_path):
+    before = models.load_policy("tiny", dtype="float32")[0].state_dict()
+    trainer, run = _train(tmp_path, "run", "trainer.steps=2", "trainer.save_every=1")
+    after = trainer.m.policy.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    records = read_jsonl(run.metrics).records
+    assert [r["step"] for r in records] == [0, 1]
+    for key in (
+        "rollout/reward_mean",
+        "rollout/reward_std",
+        "filter/kept_groups",
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/grad_norm",
+        "actor/clipfrac_low",
+        "actor/clipfrac_high",
+        "actor/approx_kl",
+        "critic/value_loss",
+        "critic/explained_var",
+        "time/rollout_s",
+        "time/update_s",
+        "perf/train_tokens_per_s",
+        "rollout/end_truncated_reply_length",
+    ):
+        assert key in records[0], key
+    assert records[0]["filter/kept_groups"] == 2  # ceil(4 groups × 0.5)
+    episodes = read_jsonl(run.trajectory_file(1)).records
+    assert len(episodes) == 8 and {"env", "group", "seed", "turns"} <= set(episodes[0])
+    ckpt = run.checkpoint(2)
+    assert [p.name for p in checkpoint.complete_checkpoints(run)] == ["step_000001", "step_000002"]
+    loaded, _ = models.load_policy(str(ckpt), dtype="float32")  # HF layout, loads as is
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, after[name]), name
+
+
+def test_resume_replays_the_uninterrupted_run(tmp_path):
+    straight, run_a = _train(tmp_path, "a", "trainer.steps=4", "trainer.save_every=2")
+    _train(tmp_path, "b", "trainer.steps=2", "trainer.save_every=2")
+    resumed, run_b = _train(tmp_path, "b", "trainer.steps=4", "trainer.save_every=2", resume=True)
+    assert resumed.start_step == 2
+    a = [_stable(r) for r in read_jsonl(run_a.metrics).records]
+    b = [_stable(r) for r in read_jsonl(run_b.metrics).records]
+    assert a == b
+    wa, wb = straight.m.policy.state_dict(), resumed.m.policy.state_dict()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    ca, cb = straight.m.critic.state_dict(), resumed.m.critic.state_dict()
+    assert all(torch.equal(ca[k], cb[k]) for k in ca)
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, ragen_home):
+    out = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "ragen",
+        "train",
+        "sokoban",
+        *SMALL,
+        "trainer.steps=6",
+        "trainer.save_every=1",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAGEN_HOME": ragen_home},
+    )
+    run = RunDir(out)
+    deadline = time.monotonic() + 240
+    while len(checkpoint.complete_checkpoints(run)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = checkpoint.complete_checkpoints(run)
+    assert done, "no checkpoint was written before the kill"
+    last = int(done[-1].name.removeprefix("step_"))
+    assert last < 6
+    resumed = subprocess.run(
+        [sys.executable, "-m", "ragen", "train", "--resume", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "RAGEN_HOME": ragen_home},
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    steps = [r["step"] for r in read_jsonl(run.metrics).records]
+    assert steps == list(range(6))  # every step exactly once, none lost, none doubled
+    assert checkpoint.complete_checkpoints(run)[-1].name == "step_000006"
+
+
+def test_grpo_trains_without_a_critic(tmp_path):
+    trainer, run = _train(tmp_path, "grpo", "algo.estimator=grpo", "trainer.steps=1")
+    assert trainer.m.critic is None and "critic" not in trainer.m.optimizers
+    record = read_jsonl(run.metrics).records[0]
+    assert "actor/pg_loss" in record and "critic/value_loss" not in record
+    assert not (run.checkpoint(1) / "critic_trainable.safetensors").exists()
+
+
+def test_lora_trains_only_adapters_and_saves_a_merged_model(tmp_path):
+    trainer, run = _train(
+        tmp_path,
+        "lora",
+        "model.lora_rank=4",
+        "model.lora_alpha=8",
+        "trainer.steps=1",
+        "algo.estimator=grpo",
+    )
+    trainable = [n for n, p in trainer.m.policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    merged, _ = models.load_policy(str(run.checkpoint(1)), dtype="float32")
+    assert not any("lora" in n for n in merged.state_dict())
+
+
+def _update_data(policy, tokenizer, advantages):
+    rows = [tokenizer(text)["input_ids"] for text in ("a b c d e f", "u v w x y z")]
+    assert len(rows[0]) == len(rows[1])
+    ids = torch.tensor(rows)
+    mask = torch.ones_like(ids)
+    loss_mask = torch.zeros(ids.shape)
+    loss_mask[:, 3:] = 1
+    with torch.no_grad():
+        old = policy_logprobs(policy, ids, mask)[0]
+    adv = torch.tensor(advantages).view(2, 1) * loss_mask
+    return UpdateData(ids, mask, loss_mask, adv, adv, old, None, None)
+
+
+def _settings(**changes):
+    base = dict(
+        clip_low=0.2,
+        clip_high=0.28,
+        dual_clip=None,
+        value_clip=0.5,
+        entropy_coef=0.0,
+        kl_coef=0.0,
+        kl_type="k1",
+        loss_agg="token_mean",
+        grad_clip=1.0,
+        ppo_epochs=1,
+        mini_batch_size=2,
+        micro_batch_size=1,
+        temperature=1.0,
+        autocast_dtype=None,
+    )
+    return UpdateSettings(**{**base, **changes})
+
+
+def test_update_raises_logprobs_of_positive_advantages():
+    policy, tokenizer = models.load_policy("tiny", dtype="float32")
+    data = _update_data(policy, tokenizer, [1.0, -1.0])
+    opt = {"actor": torch.optim.SGD(policy.parameters(), lr=0.5)}
+    stats = ppo_update(policy, None, opt, data, _settings(), seed=0)
+    assert stats["actor/optimizer_steps"] == 1 and stats["actor/skipped_steps"] == 0
+    with torch.no_grad():
+        new = policy_logprobs(policy, data.input_ids, data.attention_mask)[0]
+    delta = ((new - data.old_logprobs) * data.loss_mask).sum(dim=1)
+    assert delta[0] > 0 > delta[1]
+
+
+def test_non_finite_loss_skips_the_step_and_keeps_the_weights():
+    policy, tokenizer = models.load_policy("tiny", dtype="float32")
+    data = _update_data(policy, tokenizer, [float("nan"), 1.0])
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    opt = {"actor": torch.optim.AdamW(policy.parameters(), lr=0.1)}
+    stats = ppo_update(policy, None, opt, data, _settings(), seed=0)
+    assert stats["actor/skipped_steps"] == 1 and stats["actor/optimizer_steps"] == 0
+    assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
+
+
+def test_train_command_refuses_bad_config_without_a_run_dir(tmp_path, capsys):
+    from ragen.cli import main
+
+    out = tmp_path / "never"
+    assert main(["train", "bandit", "algo.clip_hgh=1", "--out", str(out)]) == 2
+    assert "algo.clip_hgh" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_config_yaml_of_a_run_reloads(tmp_path):
+    cfg = _config("trainer.steps=1")
+    run = create_run_dir(tmp_path / "r", cfg)
+    assert config.load(str(run.config)) == cfg
+    json.dumps(config.to_dict(cfg))  # the W&B config is plain data
