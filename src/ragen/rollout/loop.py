@@ -87,8 +87,8 @@ def _start(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
     ep.traj.append(fmt.opening(user), sampled=False)
 
 
-def _act(ep: _Episode, actions: Sequence[str]) -> tuple[list[float], bool]:
-    """Execute actions in order until the episode ends; returns (rewards, ended)."""
+def _act(ep: _Episode, actions: Sequence[str]) -> list[float]:
+    """Execute actions in order until the episode ends; returns their rewards."""
     rewards: list[float] = []
     for action in actions:
         result = ep.env.step(action)
@@ -102,7 +102,7 @@ def _act(ep: _Episode, actions: Sequence[str]) -> tuple[list[float], bool]:
             ep.finish("truncated:actions")
         if ep.done:
             break
-    return rewards, ep.done
+    return rewards
 
 
 def _per_turn(ep: _Episode, spec: RolloutSpec) -> int:
@@ -123,7 +123,7 @@ def _take_turn(ep: _Episode, sample, fmt: ChatFormat, spec: RolloutSpec, turn: i
         ep.finish("truncated:reply_length")
     else:
         actions = list(parsed.actions)
-        rewards, _ = _act(ep, actions)
+        rewards = _act(ep, actions)
     penalty = spec.format_penalty if not actions else 0.0
     ep.traj.turns.append(
         Turn(
