@@ -113,9 +113,6 @@ class Batch:
     scores: torch.Tensor  # (B,) float, episode returns
     group_ids: torch.Tensor  # (B,) long
 
-    def __len__(self) -> int:
-        return self.input_ids.shape[0]
-
 
 def collate(
     trajectories: list[Trajectory], pad_id: int, placement: RewardPlacement = "last_token"
