@@ -1,0 +1,116 @@
+"""``ragen view RUN_DIR``: serve the trajectory viewer, or export one step to an HTML file.
+
+The CLI wires these in with ``add_arguments(parser)`` and ``parser.set_defaults(func=run)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+import sys
+from pathlib import Path
+
+from ragen.monitor.logging import RunDirError
+from ragen.viewer.store import MAX_STEP, RunStore, StepKey, parse_step
+
+DEFAULT_PORT = 8765
+DEFAULT_HOST = "127.0.0.1"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _step_arg(text: str) -> StepKey:
+    try:
+        return parse_step(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def _port_arg(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"{text} is not a port number (1 to 65535)")
+    return port
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``ragen view``."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (ragen train --out)")
+    parser.add_argument(
+        "--port", type=_port_arg, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; "
+        "0.0.0.0 shows the run's text to your whole network)",
+    )
+    parser.add_argument(
+        "--export",
+        metavar="FILE.html",
+        help="write one step as a self-contained HTML file instead of serving",
+    )
+    parser.add_argument(
+        "--step",
+        type=_step_arg,
+        metavar="N",
+        help=f"the step to export or open (0 to {MAX_STEP}, or 'eval'; default: the latest)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the viewer until Ctrl+C, or write the export; returns the exit status."""
+    root = Path(args.run_dir)
+    if args.export:
+        from ragen.viewer.export import export_step
+
+        step, count = export_step(root, args.step, args.export)
+        print(f"wrote step {step} ({count} episodes) of {root} to {args.export}")
+        return 0
+    RunStore(root)  # refuses a folder that is not a run directory before binding a port
+    return serve(root, host=args.host, port=args.port, step=args.step)
+
+
+def allowed_hosts(host: str) -> list[str] | None:
+    """Host headers accepted: loopback names when bound to loopback, else any."""
+    return list(LOOPBACK) if host in LOOPBACK else None
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Say which flag to change when the port is taken, instead of uvicorn's traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise RunDirError(
+                    f"port {port} on {host} is in use (another `ragen view`?): "
+                    f"pass --port {port + 1}"
+                ) from err
+            raise RunDirError(f"cannot listen on {host}:{port} ({err}): check --host") from err
+
+
+def serve(root: Path, *, host: str, port: int, step: StepKey | None = None) -> int:
+    import uvicorn
+
+    from ragen.viewer.app import create_app
+
+    check_port_free(host, port)
+    app = create_app(root, allowed_hosts=allowed_hosts(host))
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    if step is not None:
+        url += f"#/step/{step}"
+    print(f"ragen view: {root} at {url} (Ctrl+C to stop)")
+    if host not in LOOPBACK:
+        print(
+            f"ragen view: listening on {host}: anyone who can reach this machine can read the run",
+            file=sys.stderr,
+        )
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+    return 0

@@ -1,0 +1,106 @@
+"""One step of a run as a single self-contained HTML file, for sharing.
+
+The file holds the page's own CSS and JavaScript inline, the run's step list (for the
+charts) and every episode of the step as JSON in a ``<script type="application/json">``
+block, which browsers never execute. Inside that block every ``<``, ``>`` and ``&`` is
+written as a JSON escape, so no reply can close the block. The file's
+Content-Security-Policy admits exactly the two inline blocks by their SHA-256 hashes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+from ragen.monitor.logging import RunDirError
+from ragen.viewer.app import static_text
+from ragen.viewer.store import EVAL, NotFound, RunStore, StepKey, file_notices
+
+_STYLE_LINK = '<link rel="stylesheet" href="/static/viewer.css">'
+_SCRIPT_TAG = '<script src="/static/viewer.js"></script>'
+_ICON_LINK = '<link rel="icon" href="/static/favicon.svg">\n'
+
+
+def default_step(store: RunStore) -> StepKey:
+    """The latest training step with episodes, else the evaluation episodes."""
+    steps = store.episode_steps()
+    if steps:
+        return steps[-1]
+    if store.trajectory_path(EVAL).is_file():
+        return EVAL
+    raise RunDirError(
+        f"{store.run.root} has no trajectories to export (trajectories/step_*.jsonl): "
+        "train with logging.save_trajectories=true"
+    )
+
+
+def export_data(store: RunStore, step: StepKey) -> dict:
+    """What the exported page shows: the run overview and the step's full episodes."""
+    try:
+        index = store.index(step)
+    except NotFound as err:
+        raise RunDirError(f"cannot export: {err}") from err
+    records = [index.record(i) for i in range(len(index.summaries))]
+    return {
+        "run": store.overview(),
+        "step": step,
+        "summaries": [s.to_json() for s in index.summaries],
+        "records": records,
+        "notices": file_notices(index, str(store.trajectory_path(step).name)),
+    }
+
+
+def json_for_html(data: object) -> str:
+    """JSON that cannot end the <script> element holding it (nor open a comment)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # "<", ">" and "&" occur in JSON only inside strings, where "\u003c" means the same.
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _sha256(text: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
+
+
+def render_export(data: dict) -> str:
+    """The page with the CSS, the JS and ``data`` inlined, under a hash-based CSP."""
+    css, js = static_text("viewer.css"), static_text("viewer.js")
+    if "</style" in css.lower() or "</script" in js.lower():
+        raise RuntimeError("viewer static files must not contain closing style/script tags")
+    csp = (
+        f"default-src 'none'; script-src '{_sha256(js)}'; style-src '{_sha256(css)}'; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
+    page = static_text("index.html")
+    replacements = {
+        _ICON_LINK: "",
+        '<meta charset="utf-8">': (
+            f'<meta charset="utf-8">\n<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        ),
+        _STYLE_LINK: f"<style>{css}</style>",
+        _SCRIPT_TAG: (
+            f'<script type="application/json" id="ragen-data">{json_for_html(data)}</script>\n'
+            f"<script>{js}</script>"
+        ),
+    }
+    for old, new in replacements.items():
+        if page.count(old) != 1:
+            raise RuntimeError(f"index.html no longer holds {old!r} exactly once")
+        page = page.replace(old, new)
+    return page
+
+
+def export_step(root: str | Path, step: StepKey | None, out: str | Path) -> tuple[StepKey, int]:
+    """Write step ``step`` (None: the latest) of run ``root`` to ``out``; returns the step
+    and the number of episodes written."""
+    store = RunStore(root)
+    chosen = default_step(store) if step is None else step
+    data = export_data(store, chosen)
+    out = Path(out)
+    if out.is_dir():
+        raise RunDirError(f"--export {out} is a folder: name a file, e.g. {out / 'step.html'}")
+    if not out.parent.is_dir():
+        raise RunDirError(f"--export {out}: folder {out.parent} does not exist; create it first")
+    out.write_text(render_export(data), encoding="utf-8")
+    return chosen, len(data["records"])

@@ -1,0 +1,223 @@
+"""A byte-offset index of one trajectories JSONL file.
+
+The step view filters and pages through thousands of episodes; re-parsing the file for every
+request would cost a second per click at 10,000 episodes. The index parses each line once,
+keeps where it starts and ends plus the few fields the filters need, and on the next request
+reads only the bytes appended since (the trainer only appends). A file replaced (resume
+rewrites it) or shrunk is indexed again from the start.
+
+A line without its ``\\n`` at the end of the file is not indexed: it is either still being
+written or was torn by a killed run. Lines that are not JSON objects are skipped and their
+numbers kept, so the page can say what it left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PREVIEW_CHARS = 160
+
+
+def as_int(value: Any, default: int = -1) -> int:
+    # Records come from a file a person may have edited: never trust a field's type.
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return default
+
+
+def as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float) and value == value and abs(value) != float("inf"):
+        return float(value)
+    return None
+
+
+def as_str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def loads(line: bytes) -> Any:
+    """json.loads, with NaN and Infinity read as None: the page's JSON cannot carry them."""
+    return json.loads(line, parse_constant=lambda _: None)
+
+
+def turns_of(record: dict) -> list[dict]:
+    """The record's turns that are objects (anything else in the list is ignored)."""
+    turns = record.get("turns")
+    return [t for t in turns if isinstance(t, dict)] if isinstance(turns, list) else []
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """What the step view shows and filters on for one episode (one JSONL line)."""
+
+    index: int
+    env: str
+    group: int
+    copy: int
+    seed: int
+    success: bool
+    reward: float | None
+    end: str
+    turns: int
+    actions: int
+    format_ok: bool
+    problems: tuple[str, ...]
+    preview: str
+
+    @classmethod
+    def from_record(cls, index: int, record: dict) -> EpisodeSummary:
+        turns = turns_of(record)
+        problems = sorted({p for t in turns for p in t.get("problems") or () if isinstance(p, str)})
+        first_reply = as_str(turns[0].get("reply")) if turns else ""
+        return cls(
+            index=index,
+            env=as_str(record.get("env")),
+            group=as_int(record.get("group")),
+            copy=as_int(record.get("copy")),
+            seed=as_int(record.get("seed")),
+            success=record.get("success") is True,
+            reward=as_float(record.get("total_reward")),
+            end=as_str(record.get("end")),
+            turns=len(turns),
+            actions=sum(len(t["actions"]) for t in turns if isinstance(t.get("actions"), list)),
+            format_ok=bool(turns) and all(t.get("format_ok") is True for t in turns),
+            problems=tuple(problems),
+            preview=first_reply[:PREVIEW_CHARS],
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "index": self.index,
+            "env": self.env,
+            "group": self.group,
+            "copy": self.copy,
+            "seed": self.seed,
+            "success": self.success,
+            "reward": self.reward,
+            "end": self.end,
+            "turns": self.turns,
+            "actions": self.actions,
+            "format_ok": self.format_ok,
+            "problems": list(self.problems),
+            "preview": self.preview,
+        }
+
+
+def search_text(record: dict) -> str:
+    """Lower-cased replies of every turn: what the text search looks in."""
+    return "\n".join(as_str(t.get("reply")) for t in turns_of(record)).lower()
+
+
+@dataclass
+class FileIndex:
+    """Episodes of one JSONL file, refreshed incrementally by :meth:`refresh`."""
+
+    path: Path
+    spans: list[tuple[int, int]] = field(default_factory=list)  # byte [start, stop) per episode
+    summaries: list[EpisodeSummary] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # search_text per episode
+    by_group: dict[int, list[int]] = field(default_factory=dict)
+    envs: Counter = field(default_factory=Counter)
+    ends: Counter = field(default_factory=Counter)
+    skipped: list[int] = field(default_factory=list)  # 1-based line numbers left out
+    torn_tail: bool = False  # the file ends in a line with no "\n" (not indexed)
+    lines: int = 0  # complete lines read so far
+    end: int = 0  # byte offset just past the last complete line
+    stamp: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) when last read
+
+    def __post_init__(self) -> None:
+        self.lock = threading.Lock()
+
+    @property
+    def exists(self) -> bool:
+        return self.stamp is not None
+
+    def refresh(self) -> FileIndex:
+        """Bring the index up to date with the file; returns self."""
+        with self.lock:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                self._reset()
+                return self
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if stamp == self.stamp:
+                return self
+            appended = self.stamp is not None and st.st_ino == self.stamp[0]
+            if not appended or st.st_size < self.end:
+                self._reset()
+            self._read_from(self.end)
+            self.stamp = stamp
+        return self
+
+    def record(self, index: int) -> dict:
+        """The full record of episode ``index`` (read from disk, not kept in memory)."""
+        start, stop = self.spans[index]
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            return loads(fh.read(stop - start))
+
+    def _reset(self) -> None:
+        self.spans, self.summaries, self.texts = [], [], []
+        self.by_group, self.envs, self.ends = {}, Counter(), Counter()
+        self.skipped, self.torn_tail, self.lines, self.end, self.stamp = [], False, 0, 0, None
+
+    def _read_from(self, offset: int) -> None:
+        with open(self.path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+        pos = 0
+        while (newline := data.find(b"\n", pos)) != -1:
+            self.lines += 1
+            self._add_line(data[pos:newline], offset + pos, offset + newline)
+            pos = newline + 1
+        self.end = offset + pos
+        self.torn_tail = bool(data[pos:].strip())
+
+    def _add_line(self, line: bytes, start: int, stop: int) -> None:
+        if not line.strip():
+            return
+        try:
+            record = loads(line)
+        except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
+            record = None
+        if not isinstance(record, dict):
+            self.skipped.append(self.lines)
+            return
+        summary = EpisodeSummary.from_record(len(self.summaries), record)
+        self.spans.append((start, stop))
+        self.summaries.append(summary)
+        self.texts.append(search_text(record))
+        self.by_group.setdefault(summary.group, []).append(summary.index)
+        self.envs[summary.env] += 1
+        self.ends[summary.end] += 1
+
+
+class IndexCache:
+    """The most recently used file indexes (a long run has more steps than memory wants)."""
+
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[Path, FileIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> FileIndex:
+        """The up-to-date index of ``path`` (empty, with ``exists`` False, if it is missing)."""
+        with self._lock:
+            index = self._items.pop(path, None) or FileIndex(path)
+            self._items[path] = index
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return index.refresh()
