@@ -1,10 +1,15 @@
-"""Step metrics computed from a step's trajectories (namespaced ``rollout/…``)."""
+"""Step metrics computed from a step's trajectories: what the rollout did (``rollout/…``)
+and how varied the replies are (``diversity/…``, ``think/…``)."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Sequence
+from functools import cache
 
+from ragen.agent.parsing import parse_reply
+from ragen.agent.prompts import example_reply
 from ragen.rollout.trajectory import END_REASONS, Trajectory
 
 
@@ -42,3 +47,120 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         share = _mean([float(t.end == reason) for t in trajectories])
         metrics[f"rollout/end_{reason.replace(':', '_')}"] = share
     return metrics
+
+
+# ---------------------------------------------------------------------------- diversity
+#
+# The Echo Trap (RAGEN, finding 2): under reward feedback the replies of a group converge to
+# one phrasing. These counts see that in the text itself, without a model.
+
+_WORDS = re.compile(r"\w+|[^\w\s]")
+DIVERSITY_METRICS = (
+    "diversity/distinct_reply",
+    "diversity/distinct_2gram_think",
+    "think/tokens_mean",
+    "think/empty_share",
+    "think/template_share",
+)
+
+
+def _normalise(text: str) -> str:
+    """Lower-case with runs of blanks folded to one space: 'Up ' and 'up' are one reply."""
+    return " ".join(text.lower().split())
+
+
+def _by_group(trajectories: Sequence[Trajectory]) -> list[list[Trajectory]]:
+    groups: dict[int, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(t.group, []).append(t)
+    return list(groups.values())
+
+
+def distinct_ratio(texts: Sequence[str]) -> float:
+    """Distinct texts / texts after :func:`_normalise` (1.0 all differ; 1/n all equal; 0.0
+    for no texts)."""
+    if not texts:
+        return 0.0
+    return len({_normalise(t) for t in texts}) / len(texts)
+
+
+def distinct_ngram_ratio(texts: Sequence[str], n: int = 2) -> float:
+    """Distinct-n (Li et al., 2016): distinct word n-grams / all word n-grams over ``texts``.
+
+    Words are lower-cased ``\\w+`` runs and single punctuation marks; n-grams never span two
+    texts. Returns 0.0 when no text has n words (nothing to count).
+    """
+    seen: set[tuple[str, ...]] = set()
+    total = 0
+    for text in texts:
+        words = _WORDS.findall(text.lower())
+        grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+        seen.update(grams)
+        total += len(grams)
+    return len(seen) / total if total else 0.0
+
+
+@cache
+def example_thought() -> str:
+    """The think text of the example reply that the prompt shows the agent."""
+    actions = ("Up", "Down")
+    return parse_reply(example_reply(actions, 2), actions, 2).think
+
+
+def template_thinks(
+    trajectories: Sequence[Trajectory],
+    *,
+    min_groups: int = 3,
+    examples: Sequence[str] | None = None,
+) -> set[str]:
+    """Normalised think texts that look copied rather than written for the state at hand.
+
+    A think is a template when it equals an example thought (default: the prompt's own
+    example), or when the identical text appears in at least ``min_groups`` different groups:
+    groups start from different states, so one text fitting them all says nothing about any.
+    """
+    where: dict[str, set[int]] = {}
+    for t in trajectories:
+        for turn in t.turns:
+            text = _normalise(turn.think)
+            if text:
+                where.setdefault(text, set()).add(t.group)
+    copied = {text for text, groups in where.items() if len(groups) >= min_groups}
+    copies = [example_thought()] if examples is None else examples
+    return copied | ({_normalise(e) for e in copies} & set(where))
+
+
+def diversity_metrics(
+    trajectories: Sequence[Trajectory], *, template_min_groups: int = 3
+) -> dict[str, float]:
+    """Reply and think diversity of one step's episodes (every turn of every episode).
+
+    - ``diversity/distinct_reply``: per group, distinct reply texts / replies, then the mean
+      over groups (1.0: no two replies of a group alike; 1/n: one reply repeated);
+    - ``diversity/distinct_2gram_think``: per group, distinct-2 of the think texts, then the
+      mean over groups (groups without a two-word think are left out);
+    - ``think/tokens_mean``: mean think length in tokens per reply;
+    - ``think/empty_share``: share of replies whose think is empty (or missing);
+    - ``think/template_share``: share of replies whose think is a template
+      (:func:`template_thinks`).
+    All are 0.0 for a step without replies.
+    """
+    turns = [turn for t in trajectories for turn in t.turns]
+    if not turns:
+        return dict.fromkeys(DIVERSITY_METRICS, 0.0)
+    groups = _by_group(trajectories)
+    replies = [distinct_ratio([u.reply for t in g for u in t.turns]) for g in groups]
+    thinks = [[u.think for t in g for u in t.turns] for g in groups]
+    bigrams = [distinct_ngram_ratio(texts, 2) for texts in thinks if _has_ngram(texts, 2)]
+    templates = template_thinks(trajectories, min_groups=template_min_groups)
+    return {
+        "diversity/distinct_reply": _mean([r for r in replies if r > 0]),
+        "diversity/distinct_2gram_think": _mean(bigrams),
+        "think/tokens_mean": _mean([u.think_tokens for u in turns]),
+        "think/empty_share": _mean([float(not u.think.strip()) for u in turns]),
+        "think/template_share": _mean([float(_normalise(u.think) in templates) for u in turns]),
+    }
+
+
+def _has_ngram(texts: Sequence[str], n: int) -> bool:
+    return any(len(_WORDS.findall(t)) >= n for t in texts)

@@ -1,0 +1,358 @@
+"""Online collapse detection over the metric stream: early warnings, then confirmed collapse.
+
+RAGEN (finding 3) reads collapse from four curves: the in-group reward std and the token
+entropy drop *before* the reward does; the reward then falls from its peak, and gradient-norm
+spikes mark the point of no return. RAGEN-2 adds template collapse: the reasoning stops
+depending on the input (``collapse/mi_estimate`` falls). The detector follows each curve with
+a running baseline and raises
+
+- a **warning** when a signal falls well below its running peak: the in-group reward std or
+  the entropy while the reward still holds; reply diversity or the MI estimate at any time;
+- a **collapse** when the reward has given back a set share of its rise since warm-up, or the
+  gradient norm jumps far above its running median.
+
+Baselines are debiased exponential moving averages (EMA) of the raw values, so one noisy step
+moves nothing. A fall must also exceed ``noise_margin`` standard deviations of the raw
+per-step values, so a flat, noisy curve never alerts. Each signal alerts once when it crosses
+its threshold and again only after it has recovered halfway (hysteresis), so a curve hovering
+at the threshold does not flood the log.
+
+Everything the detector has seen lives in plain numbers that ``state_dict`` returns as JSON
+data; ``load_state_dict`` on a fresh detector continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from ragen import config
+from ragen.config import opt
+
+REWARD = "rollout/reward_mean"
+SUCCESS = "rollout/success"
+REWARD_STD = "rollout/reward_std"
+ENTROPY = "actor/entropy"
+GRAD_NORM = "actor/grad_norm"
+DISTINCT_REPLY = "diversity/distinct_reply"
+DISTINCT_THINK = "diversity/distinct_2gram_think"
+MI = "collapse/mi_estimate"
+
+# A signal needs a few observations before its noise estimate means anything.
+_MIN_OBSERVATIONS = 3
+_MIN_GRAD_HISTORY = 5
+_TOLERANCE = 1e-6
+
+
+@dataclass
+class MonitorConfig:
+    enabled: bool = True
+    """Run the collapse detector on every step's metrics; each alert is one console line and
+    one object in RUN_DIR/alerts.jsonl."""
+    action: Literal["warn", "stop", "rollback"] = "warn"
+    """On an alert: warn only; stop the run; or rollback: reload the checkpoint with the best
+    eval success and continue with the rollback_* changes."""
+    act_on: Literal["warning", "collapse"] = "collapse"
+    """Which alerts trigger the action: confirmed collapses only, or early warnings too."""
+    warmup_steps: int = opt(10, ge=0)
+    """Steps seen before any alert; the reward's starting level is its EMA at this point."""
+    ema_alpha: float = opt(0.1, gt=0.0, le=1.0)
+    """Weight of one step in the EMA baselines (0.1 averages over about 10-20 steps); a
+    metric logged every k steps weighs as k steps."""
+    noise_margin: float = opt(1.5, ge=0.0)
+    """A fall must also exceed this many standard deviations of the metric's raw per-step
+    values, so noise alone never alerts."""
+    std_drop: float = opt(0.5, gt=0.0, le=1.0)
+    """Warning when the in-group reward std (EMA) falls this share below its running peak
+    while the reward has not collapsed (the paper's earliest signal)."""
+    entropy_drop: float = opt(0.5, gt=0.0, le=1.0)
+    """Warning when the token entropy (EMA) falls this share below its running peak while the
+    reward has not collapsed."""
+    diversity_drop: float = opt(0.5, gt=0.0, le=1.0)
+    """Warning when a diversity metric (distinct replies, distinct think bigrams) falls this
+    share below its running peak (the Echo Trap)."""
+    mi_drop: float = opt(0.5, gt=0.0, le=1.0)
+    """Warning when the prompt-reasoning MI estimate falls this share below its running peak
+    (template collapse)."""
+    solved_success: float = opt(0.95, gt=0.0, le=1.0)
+    """No reward-std or entropy warning while the rollout success (EMA) is at least this: a
+    solved task has no variance left to lose."""
+    reward_drop: float = opt(0.3, gt=0.0, le=1.0)
+    """Collapse when the reward (EMA) has given back this share of its rise from the
+    warm-up level to its peak."""
+    grad_spike: float = opt(10.0, gt=1.0)
+    """Collapse when one step's gradient norm exceeds this multiple of the running median."""
+    grad_window: int = opt(50, ge=5)
+    """Steps in the gradient norm's running median."""
+    template_every: int = opt(10, ge=0)
+    """Measure template collapse (collapse/* metrics: N x N cross-scoring of reasonings under
+    prompts) every this many steps; 0 never."""
+    template_pairs: int = opt(8, ge=2)
+    """N: (prompt, reasoning) pairs with distinct prompts cross-scored per measurement."""
+    rollback_lr_scale: float = opt(0.5, gt=0.0, le=1.0)
+    """action=rollback: learning rates are multiplied by this after each rollback."""
+    rollback_filter_ratio: float | None = opt(None, gt=0.0, le=1.0)
+    """action=rollback: algo.filter_ratio after a rollback (stronger filtering); null keeps it."""
+    max_rollbacks: int = opt(2, ge=0)
+    """action=rollback: rollbacks allowed before the run stops instead."""
+
+
+@dataclass
+class Alert:
+    """One detector finding. ``value`` is the signal now (its EMA, or the raw gradient norm);
+    ``baseline`` what it is compared with (the running peak, or the running median)."""
+
+    step: int
+    kind: Literal["warning", "collapse"]
+    signal: str
+    value: float
+    baseline: float
+    message: str
+
+    def to_record(self) -> dict:
+        """The alerts.jsonl object."""
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict) -> Alert:
+        return cls(**{k: record[k] for k in cls.__dataclass_fields__})
+
+    def line(self) -> str:
+        """One console line."""
+        label = "WARNING" if self.kind == "warning" else "COLLAPSE"
+        return f"[step {self.step}] {label} {self.signal}: {self.message}"
+
+
+@dataclass
+class _Track:
+    """A debiased EMA of one metric, the spread of its raw values around it, and its peak.
+
+    ``weight`` is the EMA's total weight so far (Adam's bias correction): ``mean / weight``
+    is the EMA, which on the first steps is close to the plain mean instead of being pulled
+    towards zero.
+    """
+
+    count: int = 0
+    last_step: int = -1
+    mean: float = 0.0
+    weight: float = 0.0
+    sq: float = 0.0
+    sq_weight: float = 0.0
+    peak: float | None = None
+    base: float | None = None
+    active: bool = False
+
+    @property
+    def ema(self) -> float:
+        return self.mean / self.weight if self.weight else math.nan
+
+    @property
+    def noise(self) -> float:
+        """Standard deviation of raw values around the EMA (0 before two observations)."""
+        return math.sqrt(self.sq / self.sq_weight) if self.sq_weight else 0.0
+
+    def observe(self, step: int, value: float, alpha: float) -> None:
+        # A metric logged every k steps moves its EMA as much as k steps would.
+        gap = max(1, step - self.last_step) if self.count else 1
+        a = 1.0 - (1.0 - alpha) ** gap
+        if self.count:
+            residual = value - self.ema
+            self.sq = (1 - a) * self.sq + a * residual * residual
+            self.sq_weight = (1 - a) * self.sq_weight + a
+        self.mean = (1 - a) * self.mean + a * value
+        self.weight = (1 - a) * self.weight + a
+        self.count += 1
+        self.last_step = step
+
+    def mark(self) -> None:
+        """After warm-up: remember the starting level once, and the highest level since."""
+        if self.base is None:
+            self.base = self.ema
+        self.peak = self.ema if self.peak is None else max(self.peak, self.ema)
+
+
+@dataclass(frozen=True)
+class _Fall:
+    """A signal whose fall from its running peak is an early warning."""
+
+    metric: str
+    share: float
+    while_reward_holds: bool
+
+
+class CollapseDetector:
+    """Feed it each step's metrics; it returns the alerts that step raised.
+
+    Metrics it reads (absent ones are simply not watched): rollout/reward_mean,
+    rollout/success, rollout/reward_std, actor/entropy, actor/grad_norm,
+    diversity/distinct_reply, diversity/distinct_2gram_think, collapse/mi_estimate.
+    """
+
+    def __init__(self, config: MonitorConfig | None = None) -> None:
+        self.config = config or MonitorConfig()
+        c = self.config
+        self.falls = (
+            _Fall(REWARD_STD, c.std_drop, True),
+            _Fall(ENTROPY, c.entropy_drop, True),
+            _Fall(DISTINCT_REPLY, c.diversity_drop, False),
+            _Fall(DISTINCT_THINK, c.diversity_drop, False),
+            _Fall(MI, c.mi_drop, False),
+        )
+        self.steps_seen = 0
+        self.tracks: dict[str, _Track] = {}
+        self.grad_history: list[float] = []
+        self.grad_active = False
+
+    # ------------------------------------------------------------------------ stream
+
+    def update(self, step: int, metrics: dict) -> list[Alert]:
+        """Take one step's metrics (non-numeric and non-finite values are ignored)."""
+        self.steps_seen += 1
+        values = {k: float(v) for k, v in metrics.items() if _is_number(v)}
+        warm = self.steps_seen > self.config.warmup_steps
+        for name in {REWARD, SUCCESS, *(f.metric for f in self.falls)} & values.keys():
+            track = self.tracks.setdefault(name, _Track())
+            track.observe(step, values[name], self.config.ema_alpha)
+            if warm:
+                track.mark()
+        alerts = []
+        if warm:
+            alerts += self._reward_collapse(step, values)
+            alerts += self._falls(step, values)
+        alerts += self._grad_spike(step, values.get(GRAD_NORM), warm)
+        return alerts
+
+    def _reward_collapse(self, step: int, values: dict) -> list[Alert]:
+        track = self.tracks.get(REWARD)
+        if track is None or REWARD not in values or track.count < _MIN_OBSERVATIONS:
+            return []
+        rise = max(0.0, track.peak - track.base)
+        need = max(self.config.reward_drop * rise, self.config.noise_margin * track.noise)
+        fall = track.peak - track.ema
+        if not _crossed(track, fall, need):
+            return []
+        message = (
+            f"reward {track.ema:.4g} fell {fall:.4g} from its peak {track.peak:.4g} "
+            f"(start {track.base:.4g}; threshold {need:.4g})"
+        )
+        return [Alert(step, "collapse", REWARD, track.ema, track.peak, message)]
+
+    def _falls(self, step: int, values: dict) -> list[Alert]:
+        alerts = []
+        for f in self.falls:
+            track = self.tracks.get(f.metric)
+            if track is None or f.metric not in values or track.count < _MIN_OBSERVATIONS:
+                continue
+            if track.peak <= 0:  # no fall from a level of zero (e.g. an MI never above 0)
+                continue
+            fall = track.peak - track.ema
+            need = max(f.share * track.peak, self.config.noise_margin * track.noise)
+            if not _crossed(track, fall, need) or (f.while_reward_holds and not self._holds()):
+                continue
+            reason = " while the reward holds" if f.while_reward_holds else ""
+            message = (
+                f"{track.ema:.4g} is {fall / track.peak:.0%} below its running peak "
+                f"{track.peak:.4g}{reason}"
+            )
+            alerts.append(Alert(step, "warning", f.metric, track.ema, track.peak, message))
+        return alerts
+
+    def _holds(self) -> bool:
+        """The reward has not collapsed and the task is not solved (std and entropy then
+        fall for a good reason)."""
+        reward, success = self.tracks.get(REWARD), self.tracks.get(SUCCESS)
+        collapsed = reward is not None and reward.active
+        solved = success is not None and success.ema >= self.config.solved_success
+        return not collapsed and not solved
+
+    def _grad_spike(self, step: int, value: float | None, warm: bool) -> list[Alert]:
+        if value is None:
+            return []
+        c = self.config
+        history = self.grad_history
+        median = statistics.median(history) if history else 0.0
+        history.append(value)
+        del history[: -c.grad_window]
+        if not warm or len(history) <= _MIN_GRAD_HISTORY or median <= 0:
+            return []
+        if self.grad_active:  # one alert per spell of spikes: re-arm below half the bar
+            self.grad_active = value > c.grad_spike * median / 2
+            return []
+        self.grad_active = value > c.grad_spike * median
+        if not self.grad_active:
+            return []
+        message = (
+            f"gradient norm {value:.4g} is {value / median:.1f}x its running median {median:.4g}"
+        )
+        return [Alert(step, "collapse", GRAD_NORM, value, median, message)]
+
+    # ------------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        """Everything seen so far, as JSON data (it goes into the checkpoint)."""
+        return {
+            "steps_seen": self.steps_seen,
+            "tracks": {k: asdict(t) for k, t in self.tracks.items()},
+            "grad_history": list(self.grad_history),
+            "grad_active": self.grad_active,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()``'s data: later updates match an unbroken stream."""
+        self.steps_seen = int(state["steps_seen"])
+        self.tracks = {k: _Track(**v) for k, v in state["tracks"].items()}
+        self.grad_history = [float(v) for v in state["grad_history"]]
+        self.grad_active = bool(state["grad_active"])
+
+
+def _crossed(track: _Track, fall: float, need: float) -> bool:
+    """Whether a signal alerts now: it falls past ``need`` while not already alerting.
+    It re-arms once it is back within half of ``need`` of its peak."""
+    # A constant metric has no noise and no rise: keep rounding error from being a "fall".
+    need = max(need, _TOLERANCE * max(1.0, abs(track.peak)))
+    if track.active:
+        track.active = fall > need / 2
+        return False
+    track.active = fall >= need and fall > 0
+    return track.active
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def replay(records, config: MonitorConfig | None = None) -> list[Alert]:
+    """Run a whole metrics stream (metrics.jsonl records, in order) through a fresh detector."""
+    detector = CollapseDetector(config)
+    alerts = []
+    for record in sorted(records, key=lambda r: r.get("step", 0)):
+        if "step" in record:
+            alerts += detector.update(int(record["step"]), record)
+    return alerts
+
+
+def monitor_config_from_file(path: str | Path, overrides: Sequence[str] = ()) -> MonitorConfig:
+    """The ``monitor:`` section of a run's config.yaml (defaults where absent or no file),
+    with ``key=value`` overrides (``std_drop=0.4`` or ``monitor.std_drop=0.4``).
+
+    Raises ConfigError naming the key when a value is unknown, mistyped or out of range.
+    """
+    path = Path(path)
+    data = None
+    if path.is_file():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as err:
+            raise config.ConfigError(f"config: {path} is not valid YAML ({err})") from None
+    section = data.get("monitor") if isinstance(data, dict) else None
+    dotted = [o if o.startswith("monitor.") else f"monitor.{o}" for o in overrides]
+    section = config.apply_overrides({"monitor": section or {}}, dotted)["monitor"]
+    built = config._build(MonitorConfig, section, "monitor.")
+    config._check_ranges(built, "monitor.")
+    return built

@@ -1,0 +1,385 @@
+"""Run reports: PNG plots of the training curves and a summary.md, for one run or several.
+
+Each plot overlays the runs (one colour per run, legend label = the run directory's name),
+draws the raw values faint and their EMA solid (the paper plots EMA-smoothed curves), and
+marks each run's alerts: dotted vertical lines for warnings, dashed ones for collapses. A
+series a run did not log is left out; a plot with nothing to show is not written.
+
+The figures are built on matplotlib's object API with the Agg canvas, so no pyplot state
+or display is touched. The data behind every line (:func:`plot_data`) is computed apart from
+the drawing, so tests can compare it with metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ragen.monitor.collapse import Alert, MonitorConfig, monitor_config_from_file, replay
+from ragen.monitor.logging import RunDir, RunDirError, read_jsonl
+
+DEFAULT_SMOOTHING = 0.1
+"""EMA weight of one step in the smoothed curves (about TensorBoard's smoothing 0.9)."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes. ``keys`` are metric names; ``a|b`` takes the first one a run logged and
+    ``eval/*/success`` every match. ``smooth=False`` plots points as they are (the paper
+    smooths everything but the evaluation success)."""
+
+    title: str
+    keys: tuple[str, ...]
+    smooth: bool = True
+    log_y: bool = False
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One PNG file of side-by-side panels."""
+
+    name: str
+    title: str
+    panels: tuple[Panel, ...]
+
+
+PLOTS = (
+    Plot(
+        "success",
+        "Success",
+        (
+            Panel("train rollouts", ("rollout/success",)),
+            Panel("evaluation (fixed seeds)", ("eval/*/success",), smooth=False),
+        ),
+    ),
+    Plot(
+        "reward",
+        "Reward",
+        (
+            Panel("reward mean", ("rollout/reward_mean",)),
+            Panel("in-group reward std", ("rollout/reward_std",)),
+        ),
+    ),
+    Plot("entropy", "Token entropy", (Panel("entropy (nats)", ("actor/entropy",)),)),
+    Plot("grad_norm", "Gradient norm", (Panel("gradient norm", ("actor/grad_norm",), log_y=True),)),
+    Plot(
+        "length",
+        "Reply and think length",
+        (
+            Panel("reply tokens", ("rollout/reply_tokens",)),
+            Panel("think tokens", ("think/tokens_mean|rollout/think_tokens",)),
+        ),
+    ),
+    Plot(
+        "diversity",
+        "Diversity and template collapse",
+        (
+            Panel("distinct replies in a group", ("diversity/distinct_reply",)),
+            Panel("distinct think bigrams", ("diversity/distinct_2gram_think",)),
+            Panel("prompt-reasoning MI (nats)", ("collapse/mi_estimate",)),
+            Panel("prompt retrieval accuracy", ("collapse/retrieval_acc",)),
+        ),
+    ),
+)
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+@dataclass
+class RunData:
+    """What a report reads from one run directory."""
+
+    name: str
+    root: Path
+    records: list[dict]
+    """metrics.jsonl objects with a step, in step order."""
+    alerts: list[Alert]
+    alerts_source: str
+    """'alerts.jsonl', or 'replayed' when the run has no alerts.jsonl."""
+    skipped_lines: int = 0
+    """Torn or junk lines of metrics.jsonl that were skipped."""
+
+
+def load_run(root: str | Path, monitor: MonitorConfig | None = None) -> RunData:
+    """Read a run's metrics and alerts; without alerts.jsonl the alerts are recomputed by
+    replaying the metrics through the detector (``monitor``, else the run's own config)."""
+    run = RunDir(Path(root))
+    if not run.metrics.is_file():
+        raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
+    read = read_jsonl(run.metrics)
+    records = sorted(
+        (r for r in read.records if isinstance(r.get("step"), int)), key=lambda r: r["step"]
+    )
+    if run.alerts.is_file():
+        fields = Alert.__dataclass_fields__.keys()
+        records_ = read_jsonl(run.alerts).records
+        alerts = [Alert.from_record(r) for r in records_ if fields <= r.keys()]
+        source = "alerts.jsonl"
+    else:
+        alerts = replay(records, monitor or monitor_config_from_file(run.config))
+        source = "replayed"
+    name = run.root.resolve().name
+    return RunData(name, run.root, records, alerts, source, len(read.skipped))
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def ema(steps: Sequence[int], values: Sequence[float], alpha: float) -> list[float]:
+    """Debiased EMA in step time: a point ``k`` steps after the previous one weighs as ``k``
+    steps would (sparse series such as the MI estimate stay in step with the others)."""
+    out, mean, weight, last = [], 0.0, 0.0, None
+    for step, value in zip(steps, values, strict=True):
+        gap = 1 if last is None else max(1, step - last)
+        a = 1.0 - (1.0 - alpha) ** gap
+        mean = (1 - a) * mean + a * value
+        weight = (1 - a) * weight + a
+        out.append(mean / weight)
+        last = step
+    return out
+
+
+@dataclass
+class Series:
+    """One curve of one run: its steps and raw values, and what is drawn solid."""
+
+    run: str
+    key: str
+    steps: list[int]
+    raw: list[float]
+    smooth: list[float] = field(default_factory=list)
+
+
+def series(records: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of ``key``; steps without a finite number for it are left out."""
+    steps, values = [], []
+    for r in records:
+        v = r.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            steps.append(r["step"])
+            values.append(float(v))
+    return steps, values
+
+
+def _logged(records: Sequence[dict]) -> list[str]:
+    """Every key of the records, in the order they first appear (eval envs in config order)."""
+    return list(dict.fromkeys(k for r in records for k in r))
+
+
+def _keys(panel: Panel, available: list[str]) -> list[str]:
+    found: list[str] = []
+    for key in panel.keys:
+        if "*" in key:
+            found += fnmatch.filter(available, key)
+        else:
+            found += [k for k in key.split("|") if k in available][:1]
+    return found
+
+
+def panel_series(panel: Panel, runs: Sequence[RunData], alpha: float) -> list[Series]:
+    """Every curve of ``panel``, run by run."""
+    out = []
+    for run in runs:
+        for key in _keys(panel, _logged(run.records)):
+            steps, raw = series(run.records, key)
+            if steps:
+                smooth = ema(steps, raw, alpha) if panel.smooth else list(raw)
+                out.append(Series(run.name, key, steps, raw, smooth))
+    return out
+
+
+def plot_data(
+    runs: Sequence[RunData], alpha: float = DEFAULT_SMOOTHING
+) -> dict[str, dict[str, list[Series]]]:
+    """{plot name: {panel title: curves}}, only plots and panels with at least one curve."""
+    data = {}
+    for plot in PLOTS:
+        panels = {p.title: panel_series(p, runs, alpha) for p in plot.panels}
+        panels = {title: curves for title, curves in panels.items() if curves}
+        if panels:
+            data[plot.name] = panels
+    return data
+
+
+# ---------------------------------------------------------------------------- drawing
+
+_STYLES = ("-", "--", "-.", ":")
+
+
+def draw(plot: Plot, panels: dict[str, list[Series]], runs: Sequence[RunData]) -> Figure:
+    """The figure of one plot. Each Line2D's gid is ``RUN|KEY|raw`` or ``RUN|KEY|smooth``."""
+    shown = [p for p in plot.panels if p.title in panels]
+    fig = Figure(figsize=(5.2 * len(shown), 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    colors = {run.name: f"C{i % 10}" for i, run in enumerate(runs)}
+    for ax, panel in zip(fig.subplots(1, len(shown), squeeze=False)[0], shown, strict=True):
+        curves = panels[panel.title]
+        several_keys = len({c.key for c in curves}) > 1
+        for c in curves:
+            color = colors[c.run]
+            style = _STYLES[sorted({x.key for x in curves}).index(c.key) % len(_STYLES)]
+            label = f"{c.run} · {c.key.split('/')[1]}" if several_keys else c.run
+            if panel.smooth:
+                ax.plot(c.steps, c.raw, color=color, alpha=0.25, lw=0.8, gid=f"{c.run}|{c.key}|raw")
+            marker = "o" if not panel.smooth else None
+            gid = f"{c.run}|{c.key}|smooth"
+            ax.plot(
+                c.steps,
+                c.smooth,
+                color=color,
+                ls=style,
+                lw=1.6,
+                marker=marker,
+                ms=3,
+                label=label,
+                gid=gid,
+            )
+        _mark_alerts(ax, [r for r in runs if r.name in {c.run for c in curves}], colors)
+        ax.set_title(panel.title)
+        ax.set_xlabel("step")
+        if panel.log_y and all(v > 0 for c in curves for v in c.raw):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(plot.title)
+    return fig
+
+
+def _mark_alerts(ax, runs: Sequence[RunData], colors: dict[str, str]) -> None:
+    drawn = set()
+    for run in runs:
+        for alert in run.alerts:
+            style = ":" if alert.kind == "warning" else "--"
+            ax.axvline(alert.step, color=colors[run.name], ls=style, lw=1, alpha=0.8)
+            drawn.add(alert.kind)
+    # one legend entry per alert kind, drawn off-canvas (no data)
+    for kind in sorted(drawn, reverse=True):
+        style = ":" if kind == "warning" else "--"
+        ax.add_line(Line2D([], [], color="0.3", ls=style, lw=1, label=kind))
+
+
+# ---------------------------------------------------------------------------- summary
+
+
+@dataclass
+class RunSummary:
+    """One row of summary.md: the success curve it reads, and the alerts' timing."""
+
+    run: str
+    success_of: str
+    base: float | None
+    peak: float | None
+    peak_step: int | None
+    final: float | None
+    collapse_step: int | None
+    warning_step: int | None
+
+    @property
+    def lead_time(self) -> int | None:
+        """Steps from the first warning to the collapse (None unless the warning came first)."""
+        if self.collapse_step is None or self.warning_step is None:
+            return None
+        lead = self.collapse_step - self.warning_step
+        return lead if lead >= 0 else None
+
+
+def summarize_run(run: RunData) -> list[RunSummary]:
+    """One row per evaluated env (base = first eval, peak, final); with no evaluation, one
+    row on the train rollouts' success instead."""
+    keys = fnmatch.filter(_logged(run.records), "eval/*/success")
+    sources = [(k, k.split("/")[1]) for k in keys] or [("rollout/success", "train rollouts")]
+    collapse = next((a.step for a in run.alerts if a.kind == "collapse"), None)
+    warning = next((a.step for a in run.alerts if a.kind == "warning"), None)
+    rows = []
+    for key, label in sources:
+        steps, values = series(run.records, key)
+        best = max(range(len(values)), key=values.__getitem__) if values else None
+        rows.append(
+            RunSummary(
+                run=run.name,
+                success_of=label,
+                base=values[0] if values else None,
+                peak=values[best] if best is not None else None,
+                peak_step=steps[best] if best is not None else None,
+                final=values[-1] if values else None,
+                collapse_step=collapse,
+                warning_step=warning,
+            )
+        )
+    return rows
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def summary_markdown(runs: Sequence[RunData]) -> str:
+    """summary.md: a table of every run's success and alert timing, then notes."""
+    lines = [
+        "# Run summary",
+        "",
+        "| run | success of | base | peak (step) | final | collapse step | first warning "
+        "| lead time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        for s in summarize_run(run):
+            peak = f"{_cell(s.peak)} ({_cell(s.peak_step)})" if s.peak is not None else "—"
+            cells = [s.run, s.success_of, _cell(s.base), peak, _cell(s.final)]
+            cells += [_cell(s.collapse_step), _cell(s.warning_step), _cell(s.lead_time)]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Base is the first evaluation; lead time counts the steps from the first warning to",
+        "the collapse. Alerts come from each run's alerts.jsonl, or are replayed from",
+        "metrics.jsonl through the detector where a run has none:",
+        "",
+    ]
+    for run in runs:
+        torn = f"; {run.skipped_lines} torn line(s) skipped" if run.skipped_lines else ""
+        lines.append(
+            f"- {run.name}: {len(run.records)} steps, {len(run.alerts)} alert(s) "
+            f"({run.alerts_source}){torn}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- all of it
+
+
+def write_report(
+    roots: Sequence[str | Path],
+    out: str | Path,
+    *,
+    alpha: float = DEFAULT_SMOOTHING,
+    monitor: MonitorConfig | None = None,
+) -> list[Path]:
+    """Write ``out``/PLOT.png for every plot with data, and ``out``/summary.md; returns the
+    paths written."""
+    runs = [load_run(root, monitor) for root in roots]
+    if len({r.name for r in runs}) != len(runs):
+        # the legend tells runs apart by name: runs/a/seed0 and runs/b/seed0 become a/seed0
+        for run in runs:
+            run.name = "/".join(run.root.resolve().parts[-2:])
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    data = plot_data(runs, alpha)
+    for plot in PLOTS:
+        if plot.name in data:
+            path = out / f"{plot.name}.png"
+            draw(plot, data[plot.name], runs).savefig(path, dpi=110)
+            written.append(path)
+    summary = out / "summary.md"
+    summary.write_text(summary_markdown(runs), encoding="utf-8")
+    return [*written, summary]

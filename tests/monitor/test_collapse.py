@@ -1,0 +1,149 @@
+"""The collapse detector on synthetic metric streams: quiet on healthy runs, early on
+collapsing ones, exact across a save and restore."""
+
+import dataclasses
+import json
+
+import pytest
+
+from ragen import config
+from ragen.monitor.collapse import (
+    GRAD_NORM,
+    MI,
+    REWARD,
+    REWARD_STD,
+    Alert,
+    CollapseDetector,
+    MonitorConfig,
+    replay,
+)
+
+from . import streams
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_healthy_noisy_runs_raise_nothing(seed):
+    assert replay(streams.healthy(seed)) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_collapse_is_warned_before_the_reward_falls(seed):
+    alerts = replay(streams.collapsing(seed))
+    warnings = [a for a in alerts if a.kind == "warning"]
+    reward = [a for a in alerts if a.signal == REWARD]
+    assert warnings and len(reward) == 1, [a.line() for a in alerts]
+    assert reward[0].kind == "collapse"
+    first_warning = warnings[0]
+    assert first_warning.signal == REWARD_STD
+    assert streams.STD_FALL < first_warning.step < streams.REWARD_FALL < reward[0].step
+    assert reward[0].value < reward[0].baseline  # the EMA against its running peak
+    spikes = [a for a in alerts if a.signal == GRAD_NORM]
+    assert [a.step for a in spikes] == [streams.SPIKE]  # one alert per spell of spikes
+    # each signal alerts once: the curves stay down, hysteresis keeps them quiet
+    assert len({a.signal for a in alerts}) == len(alerts)
+
+
+def _flat(steps, **extra):
+    return [{"step": s, REWARD: 0.5 + 0.01 * (-1) ** s, GRAD_NORM: 1.0, **extra} for s in steps]
+
+
+def test_a_gradient_spike_is_a_collapse_after_warm_up_only():
+    records = _flat(range(30))
+    records[5][GRAD_NORM] = 100.0  # inside warm-up: not judged
+    records[20][GRAD_NORM] = 11.0  # 11x the median of 1.0
+    records[21][GRAD_NORM] = 9.0  # still high, same spell: no second alert
+    records[25][GRAD_NORM] = 12.0  # a new spell after the norm came back down
+    alerts = replay(records)
+    assert [(a.step, a.kind, a.signal) for a in alerts] == [
+        (20, "collapse", GRAD_NORM),
+        (25, "collapse", GRAD_NORM),
+    ]
+    assert alerts[0].value == 11.0 and alerts[0].baseline == 1.0
+    assert replay(records, MonitorConfig(grad_spike=12.5)) == []
+
+
+def test_no_variance_warning_when_the_task_is_solved():
+    # success at 1 and every group alike: the std falls to zero for a good reason
+    records = [
+        {"step": s, REWARD: 1.0, "rollout/success": 1.0, REWARD_STD: max(0.0, 0.4 - 0.01 * s)}
+        for s in range(80)
+    ]
+    assert replay(records) == []
+    for r in records:
+        r["rollout/success"] = 0.5
+    assert [a.signal for a in replay(records)] == [REWARD_STD]
+
+
+def test_std_and_entropy_warnings_wait_on_a_holding_reward():
+    # the reward collapses first; a later fall of the std is no early warning
+    records = []
+    for s in range(120):
+        reward = 0.8 if s < 40 else 0.1
+        std = 0.4 if s < 70 else 0.05
+        records.append({"step": s, REWARD: reward, REWARD_STD: std, "actor/entropy": 1.0})
+    assert [(a.kind, a.signal) for a in replay(records)] == [("collapse", REWARD)]
+
+
+def test_sparse_mi_warns_in_step_time():
+    # MI measured every 10 steps: its EMA moves as 10 steps would, so the fall shows quickly
+    records = [{"step": s, REWARD: 0.5} for s in range(200)]
+    for s in range(9, 200, 10):
+        records[s][MI] = 1.5 if s < 100 else 0.3
+    alerts = replay(records)
+    assert [(a.kind, a.signal) for a in alerts] == [("warning", MI)]
+    assert 100 <= alerts[0].step <= 120
+
+
+def test_a_signal_never_above_zero_cannot_fall():
+    records = [{"step": s, REWARD: 0.5, MI: -0.1 - 0.01 * s} for s in range(100)]
+    assert replay(records) == []
+
+
+def test_junk_values_are_ignored():
+    detector = CollapseDetector()
+    for s in range(30):
+        alerts = detector.update(s, {REWARD: 0.5, GRAD_NORM: float("nan"), "note": "x"})
+        assert alerts == []
+        detector.update(s, {REWARD_STD: True})  # a bool is no measurement
+    assert REWARD_STD not in detector.tracks and detector.grad_history == []
+
+
+@pytest.mark.parametrize("cut", [5, 60, 95, 121])
+def test_saved_state_resumes_exactly(cut):
+    records = streams.collapsing(3)
+    straight = CollapseDetector()
+    expected = [straight.update(r["step"], r) for r in records]
+    first = CollapseDetector()
+    got = [first.update(r["step"], r) for r in records[:cut]]
+    state = json.loads(json.dumps(first.state_dict()))  # as a checkpoint stores it
+    second = CollapseDetector()
+    second.load_state_dict(state)
+    got += [second.update(r["step"], r) for r in records[cut:]]
+    assert got == expected
+    assert second.state_dict() == straight.state_dict()
+
+
+def test_alert_record_and_line():
+    alert = Alert(12, "warning", REWARD_STD, 0.1, 0.3, "0.1 is 67% below its running peak 0.3")
+    record = alert.to_record()
+    assert record == {
+        "step": 12,
+        "kind": "warning",
+        "signal": REWARD_STD,
+        "value": 0.1,
+        "baseline": 0.3,
+        "message": "0.1 is 67% below its running peak 0.3",
+    }
+    assert Alert.from_record({**record, "extra": 1}) == alert
+    assert alert.line().startswith("[step 12] WARNING rollout/reward_std: ")
+
+
+def test_monitor_config_is_documented_and_range_checked():
+    docs = config.field_docs(MonitorConfig)
+    assert set(docs) == {f.name for f in dataclasses.fields(MonitorConfig)}
+    built = config._build(MonitorConfig, {"action": "stop", "std_drop": 0.4}, "monitor.")
+    assert built == MonitorConfig(action="stop", std_drop=0.4)
+    with pytest.raises(config.ConfigError, match=r"monitor\.action"):
+        config._build(MonitorConfig, {"action": "panic"}, "monitor.")
+    with pytest.raises(config.ConfigError, match=r"monitor\.std_drop"):
+        config._check_ranges(MonitorConfig(std_drop=1.5), "monitor.")

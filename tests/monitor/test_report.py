@@ -1,0 +1,243 @@
+"""Reports and the monitor command: files that open as images, plotted data equal to
+metrics.jsonl, summary numbers for hand-built runs, and one report on a real tiny run."""
+
+import argparse
+import json
+
+import matplotlib.image
+import pytest
+
+from ragen.monitor import report
+from ragen.monitor.collapse import Alert
+from ragen.monitor.commands import (
+    add_monitor_arguments,
+    add_report_arguments,
+    run_monitor,
+    run_report,
+)
+from ragen.monitor.logging import RunDir, append_jsonl
+
+from . import streams
+
+
+def _run(tmp_path, name, records, alerts=None, torn=False):
+    run = RunDir(tmp_path / name)
+    append_jsonl(run.metrics, records)
+    if torn:  # a run killed mid-write
+        with open(run.metrics, "a") as fh:
+            fh.write('{"step": 99, "rollout/rew')
+    if alerts is not None:
+        append_jsonl(run.alerts, [a.to_record() for a in alerts])
+    return run
+
+
+def _hand_records():
+    records = [
+        {"step": s, "rollout/success": 0.1 * (s % 3), "rollout/reward_mean": s / 10}
+        for s in range(15)
+    ]
+    for step, value in ((4, 0.1), (9, 0.5), (14, 0.3)):
+        records[step]["eval/sokoban/success"] = value
+    records[7]["rollout/reward_mean"] = float("nan")  # written as null: left out
+    return records
+
+
+HAND_ALERTS = [
+    Alert(5, "warning", "rollout/reward_std", 0.1, 0.3, "std fell"),
+    Alert(8, "warning", "actor/entropy", 0.4, 1.0, "entropy fell"),
+    Alert(12, "collapse", "rollout/reward_mean", 0.2, 0.6, "reward fell"),
+]
+
+
+def test_ema_by_hand():
+    assert report.ema([0, 1], [1.0, 3.0], 0.5) == pytest.approx([1.0, 1.75 / 0.75])
+    # two steps apart: the new point weighs 1 - 0.5**2 = 0.75
+    assert report.ema([0, 2], [1.0, 3.0], 0.5) == pytest.approx([1.0, 2.375 / 0.875])
+    assert report.ema([3, 4, 5], [2.0, 5.0, 7.0], 1.0) == [2.0, 5.0, 7.0]
+
+
+def test_summary_numbers_of_a_hand_built_run(tmp_path):
+    run = _run(tmp_path, "hand", _hand_records(), HAND_ALERTS, torn=True)
+    data = report.load_run(run.root)
+    assert data.alerts == HAND_ALERTS and data.alerts_source == "alerts.jsonl"
+    assert data.skipped_lines == 1 and len(data.records) == 15
+    [row] = report.summarize_run(data)
+    assert (row.success_of, row.base, row.peak, row.peak_step, row.final) == (
+        "sokoban",
+        0.1,
+        0.5,
+        9,
+        0.3,
+    )
+    assert (row.collapse_step, row.warning_step, row.lead_time) == (12, 5, 7)
+    text = report.summary_markdown([data])
+    assert "| hand | sokoban | 0.100 | 0.500 (9) | 0.300 | 12 | 5 | 7 |" in text
+    assert "1 torn line(s) skipped" in text
+
+
+def test_summary_without_evaluation_or_alerts(tmp_path):
+    records = [{"step": s, "rollout/success": [0.2, 0.6, 0.4][s]} for s in range(3)]
+    data = report.load_run(_run(tmp_path, "plain", records).root)
+    assert data.alerts == [] and data.alerts_source == "replayed"
+    [row] = report.summarize_run(data)
+    assert (row.success_of, row.base, row.peak, row.final) == ("train rollouts", 0.2, 0.6, 0.4)
+    assert row.collapse_step is None and row.lead_time is None
+    assert "| plain | train rollouts | 0.200 | 0.600 (1) | 0.400 | — | — | — |" in (
+        report.summary_markdown([data])
+    )
+
+
+def test_a_warning_after_the_collapse_has_no_lead_time():
+    row = report.RunSummary("r", "x", None, None, None, None, collapse_step=5, warning_step=9)
+    assert row.lead_time is None
+
+
+def test_plotted_lines_are_the_metrics(tmp_path):
+    records = _hand_records()
+    data = report.load_run(_run(tmp_path, "hand", records, HAND_ALERTS).root)
+    panels = report.plot_data([data])["reward"]
+    [curve] = panels["reward mean"]
+    assert curve.steps == [s for s in range(15) if s != 7]
+    assert curve.raw == [records[s]["rollout/reward_mean"] for s in curve.steps]
+    assert curve.smooth == pytest.approx(report.ema(curve.steps, curve.raw, 0.1))
+    assert "in-group reward std" not in panels  # not logged: no empty panel
+    plot = next(p for p in report.PLOTS if p.name == "reward")
+    fig = report.draw(plot, panels, [data])
+    lines = {line.get_gid(): line for ax in fig.axes for line in ax.get_lines()}
+    raw = lines["hand|rollout/reward_mean|raw"].get_xydata()
+    assert raw[:, 0].tolist() == curve.steps and raw[:, 1].tolist() == curve.raw
+    smooth = lines["hand|rollout/reward_mean|smooth"]
+    assert smooth.get_ydata().tolist() == curve.smooth and smooth.get_label() == "hand"
+    # the alerts: a vertical line at each alert step, one legend entry per kind
+    verticals = sorted(
+        line.get_xdata()[0]
+        for line in fig.axes[0].get_lines()
+        if line.get_gid() is None
+        if len(line.get_xdata()) == 2
+    )
+    assert verticals == [5, 8, 12]
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["hand", "warning", "collapse"]
+
+
+def test_eval_points_are_drawn_unsmoothed(tmp_path):
+    data = report.load_run(_run(tmp_path, "hand", _hand_records(), []).root)
+    [curve] = report.plot_data([data])["success"]["evaluation (fixed seeds)"]
+    assert curve.key == "eval/sokoban/success"
+    assert curve.steps == [4, 9, 14] and curve.smooth == curve.raw == [0.1, 0.5, 0.3]
+
+
+def test_report_overlays_runs_and_writes_images(tmp_path):
+    healthy = _run(tmp_path, "starpo-s", streams.healthy(0, steps=60))
+    collapsing = _run(tmp_path, "starpo", streams.collapsing(1))
+    out = tmp_path / "out"
+    written = report.write_report([healthy.root, collapsing.root], out)
+    names = sorted(p.name for p in written)
+    assert names == sorted(
+        ["success.png", "reward.png", "entropy.png", "grad_norm.png", "diversity.png", "summary.md"]
+    )  # no reply or think lengths were logged: no length.png
+    for path in written:
+        if path.suffix == ".png":
+            image = matplotlib.image.imread(path)
+            assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    summary = (out / "summary.md").read_text()
+    assert "| starpo-s | train rollouts |" in summary and "| starpo | train rollouts |" in summary
+    collapse_row = next(line for line in summary.splitlines() if line.startswith("| starpo |"))
+    assert "| — |" not in collapse_row.split("|", 6)[-1]  # collapse, warning and lead time
+    data = report.plot_data([report.load_run(healthy.root), report.load_run(collapsing.root)])
+    plot = next(p for p in report.PLOTS if p.name == "entropy")
+    fig = report.draw(
+        plot, data["entropy"], [report.load_run(healthy.root), report.load_run(collapsing.root)]
+    )
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[:2] == ["starpo-s", "starpo"]
+
+
+def test_same_named_runs_are_told_apart(tmp_path):
+    a = _run(tmp_path / "a", "seed0", streams.healthy(0, steps=20))
+    b = _run(tmp_path / "b", "seed0", streams.healthy(1, steps=20))
+    report.write_report([a.root, b.root], tmp_path / "out")
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| a/seed0 |" in summary and "| b/seed0 |" in summary
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def _args(add, argv):
+    parser = argparse.ArgumentParser()
+    add(parser)
+    return parser.parse_args(argv)
+
+
+def test_monitor_command_prints_one_line_per_alert(tmp_path, capsys):
+    run = _run(tmp_path, "r", streams.collapsing(0), torn=True)
+    assert run_monitor(_args(add_monitor_arguments, [str(run.root)])) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines and all(line.startswith("[step ") for line in lines)
+    assert any("COLLAPSE rollout/reward_mean" in line for line in lines)
+    assert f"{len(lines)} alert(s) in 160 steps, 1 unreadable line(s) skipped" in err
+    assert run_monitor(_args(add_monitor_arguments, [str(run.root), "--json"])) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["step"] for r in records] == [int(line[6:].split("]")[0]) for line in lines]
+    # a stricter threshold on the command line finds the std fall later or not at all
+    argv = [str(run.root), "monitor.std_drop=0.99", "entropy_drop=0.99", "diversity_drop=0.99"]
+    assert run_monitor(_args(add_monitor_arguments, argv)) == 0
+    assert "WARNING" not in capsys.readouterr().out
+
+
+def test_monitor_command_refuses_bad_input(tmp_path, capsys):
+    assert run_monitor(_args(add_monitor_arguments, [str(tmp_path)])) == 2
+    assert "no metrics.jsonl" in capsys.readouterr().err
+    run = _run(tmp_path, "r", streams.healthy(0, steps=5))
+    assert run_monitor(_args(add_monitor_arguments, [str(run.root), "std_dorp=0.3"])) == 2
+    assert "did you mean monitor.std_drop" in capsys.readouterr().err
+
+
+def test_report_command_defaults_to_the_run_folder(tmp_path, capsys):
+    run = _run(tmp_path, "r", streams.healthy(0, steps=20))
+    assert run_report(_args(add_report_arguments, [str(run.root)])) == 0
+    printed = capsys.readouterr().out.split()
+    assert (run.root / "report" / "summary.md").is_file()
+    assert str(run.root / "report" / "summary.md") in printed
+    assert run_report(_args(add_report_arguments, [str(tmp_path / "nothing")])) == 2
+
+
+def test_report_on_a_real_tiny_run(tmp_path):
+    from ragen import config
+    from ragen.monitor.logging import create_run_dir
+    from ragen.train.trainer import Trainer
+
+    cfg = config.load(
+        "bandit",  # single-turn and critic-free: the cheapest real run
+        [
+            "model.spec=tiny",
+            "algo.estimator=grpo",
+            "rollout.groups=4",
+            "rollout.group_size=2",
+            "rollout.max_reply_tokens=6",
+            "trainer.mini_batch_size=4",
+            "trainer.micro_batch_size=2",
+            "trainer.steps=3",
+            "trainer.eval_every=2",
+            "trainer.eval_episodes=2",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+        ],
+    )
+    run = create_run_dir(tmp_path / "tiny-run", cfg)
+    Trainer(cfg, run).train()
+    written = report.write_report([run.root], tmp_path / "out")
+    names = {p.name for p in written}
+    assert {"success.png", "reward.png", "entropy.png", "grad_norm.png", "length.png"} <= names
+    data = report.load_run(run.root)
+    rows = report.summarize_run(data)
+    assert [r.success_of for r in rows] == cfg.env.eval_names
+    for row in rows:
+        key = f"eval/{row.success_of}/success"
+        evals = [r[key] for r in data.records if key in r]
+        assert len(evals) == 2 and (row.base, row.final) == (evals[0], evals[-1])
+    [curve] = report.plot_data([data])["entropy"]["entropy (nats)"]
+    assert curve.steps == [0, 1, 2]
+    assert curve.raw == [r["actor/entropy"] for r in data.records]
