@@ -95,6 +95,8 @@ class RolloutConfig:
     """Start replies with <think>; false is the NoThinking ablation (replies start <answer>)."""
     format_penalty: float = opt(-0.1, le=0.0)
     """Reward added for each turn whose reply yields no valid action."""
+    demos: int = opt(0, ge=0)
+    """Worked turns of other instances of the game shown before each dialogue (few-shot)."""
     reward_placement: Literal["last_token", "per_turn"] = "last_token"
     """Where rewards land: the episode's last reply token, or each turn's last reply token."""
     reuse_k: int = opt(1, ge=1)
@@ -444,9 +446,16 @@ def _check_envs(c: Config) -> None:
                 + ", ".join(envs.names())
             )
     try:
-        envs.make(c.env.name, **c.env.options)
+        env = envs.make(c.env.name, **c.env.options)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"config: env.options={c.env.options!r}: {err}") from None
+    for name, game in [(c.env.name, env)] + [(n, envs.make(n)) for n in c.env.eval_names]:
+        offered = len(envs.demonstrations(game))
+        if c.rollout.demos > offered:
+            raise ConfigError(
+                f"config: rollout.demos={c.rollout.demos} but {name} offers {offered} "
+                f"demonstrations: set rollout.demos to at most {offered}"
+            )
 
 
 def validate(c: Config) -> Config:

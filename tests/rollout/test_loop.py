@@ -121,6 +121,24 @@ def test_ids_mask_and_transcript_are_exact(tokenizer):
         assert all(lp == -0.5 for lp, m in zip(traj.logprobs, traj.loss_mask, strict=True) if m)
 
 
+def test_demonstrations_open_the_dialogue_and_are_never_trained(tokenizer):
+    script = ["I pull it.</think><answer>Dragon</answer>"]
+    spec = RolloutSpec(max_turns=1, max_actions_per_turn=1, max_actions_per_episode=1, demos=2)
+    trajs = rollout(ScriptedReplies(tokenizer, script), tokenizer, "bandit", [4], 2, spec)
+    demos = envs.demonstrations(envs.make("bandit"))
+    for traj in trajs:
+        text = tokenizer.decode(traj.token_ids)
+        worked = [f"<think>{d.thought}</think><answer>{d.answer[0]}</answer>" for d in demos]
+        places = [text.index(w) for w in worked] + [text.index("<think>" + script[0])]
+        assert places == sorted(places)  # demo 1, demo 2, then the real reply
+        assert text.count("<|im_start|>user\n") == 3
+        sampled = tokenizer.decode([i for i, m in zip(traj.token_ids, traj.loss_mask) if m])
+        assert sampled == script[0] + tokenizer.eos_token  # only the real reply is trained
+        assert traj.turns[0].actions == ["Dragon"] and traj.end == "terminated"
+    with pytest.raises(ValueError, match="offers 0"):
+        rollout(ScriptedReplies(tokenizer, script), tokenizer, "sokoban", [4], 1, spec)
+
+
 @pytest.mark.parametrize("backend", ["hf", "naive"])
 def test_tiny_model_episodes(tiny, backend):
     model, tokenizer = tiny

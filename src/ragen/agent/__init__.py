@@ -16,6 +16,7 @@ from ragen.agent.prompts import (
     format_rule,
     reply_prefix,
     turn_user_message,
+    worked_reply,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "parse_reply",
     "reply_prefix",
     "turn_user_message",
+    "worked_reply",
 ]

@@ -65,6 +65,12 @@ def example_reply(actions: Sequence[str], max_actions_per_turn: int, *, think: b
     return f"<think>{_EXAMPLE_THOUGHT}</think>{answer}" if think else answer
 
 
+def worked_reply(thought: str, answer: Sequence[str], *, think: bool = True) -> str:
+    """The reply of a worked example (a demonstration): its thought and its action words."""
+    tagged = f"<answer>{' || '.join(answer)}</answer>"
+    return f"<think>{thought}</think>{tagged}" if think else tagged
+
+
 def first_user_message(
     instructions: str,
     actions: Sequence[str],

@@ -11,6 +11,7 @@ option can be overridden: `make("frozen-lake", size=6)`.
 
 from ragen.envs.bandit import BanditEnv
 from ragen.envs.base import (
+    Demonstration,
     EnvSpec,
     EpisodeOverError,
     GenerationError,
@@ -19,6 +20,7 @@ from ragen.envs.base import (
     make,
     names,
     register,
+    demonstrations,
     spec,
 )
 from ragen.envs.countdown import CountdownEnv
@@ -81,6 +83,7 @@ register(
 __all__ = [
     "BanditEnv",
     "CountdownEnv",
+    "Demonstration",
     "EnvSpec",
     "EpisodeOverError",
     "FrozenLakeEnv",
@@ -89,6 +92,7 @@ __all__ = [
     "StepResult",
     "TextEnv",
     "as_gymnasium",
+    "demonstrations",
     "make",
     "names",
     "register",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ragen.envs.base import (
+    Demonstration,
     EpisodeBudget,
     StepResult,
     action_lookup,
@@ -27,6 +28,14 @@ from ragen.envs.base import (
 
 # Salt that separates the reward stream from the arm-order stream of the same seed.
 _REWARD_STREAM = 1
+
+# Worked turns for few-shot prompting: name pairs no registered bandit uses, listed in the
+# order shown, and the arm picked. One picks the first arm shown and one the second, so the
+# examples lean toward no position; with no reward shown they say nothing about risk.
+_DEMOS = (
+    (("Owl", "Rabbit"), ("Rabbit", "Owl"), "Owl"),
+    (("Lion", "Cat"), ("Lion", "Cat"), "Cat"),
+)
 
 
 def arm_order(seed: int, arm_names: Sequence[str]) -> tuple[str, ...]:
@@ -99,8 +108,17 @@ class BanditEnv:
         self._order = arm_order(seed, self.actions)
         self._rng = np.random.default_rng([seed, _REWARD_STREAM])
         self._budget.start()
-        self._text = f"Arms: {', '.join(self._order)}. Which arm do you pull?"
+        self._text = _state_text(self._order)
         return self._text
+
+    def demonstrations(self) -> tuple[Demonstration, ...]:
+        """Two worked pulls of bandits with other arm names (see `Demonstration`)."""
+        worked = []
+        for names, shown, pick in _DEMOS:
+            other = BanditEnv(arm_names=names, high_risk=names[0])
+            thought = f"The arms are {shown[0]} and {shown[1]}. I pull {pick}."
+            worked.append(Demonstration(other.instructions(), _state_text(shown), thought, (pick,)))
+        return tuple(worked)
 
     def _payoff(self, arm: str) -> float:
         if arm != self.high_risk:
@@ -120,3 +138,7 @@ class BanditEnv:
 
     def render(self) -> str:
         return self._text
+
+
+def _state_text(order: Sequence[str]) -> str:
+    return f"Arms: {', '.join(order)}. Which arm do you pull?"

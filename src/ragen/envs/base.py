@@ -73,6 +73,34 @@ class TextEnv(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Demonstration:
+    """A worked first turn of another instance of a game, for few-shot prompting.
+
+    A small model copies a filled-in reply far more readily than it follows a format rule:
+    the 135M default writes `<think>...</think><answer>...</answer>` in about 1 reply of 50
+    on Bandit from the rule alone, and in most replies once it has seen two worked turns.
+    A demonstration uses names and states the real episodes never show, and no reward, so it
+    teaches the format and not the answer.
+
+    instructions: the game's rules, as `instructions()` would write them for this instance.
+    observation: the first state of this instance.
+    thought: the think text of the worked reply.
+    answer: the action words of the worked reply (one free-text answer for a free-text game).
+    """
+
+    instructions: str
+    observation: str
+    thought: str
+    answer: tuple[str, ...]
+
+
+def demonstrations(env: TextEnv) -> tuple[Demonstration, ...]:
+    """The worked turns an env offers (an optional `demonstrations()` method); () if none."""
+    offer = getattr(env, "demonstrations", None)
+    return tuple(offer()) if callable(offer) else ()
+
+
 class EpisodeOverError(RuntimeError):
     """`step` was called before `reset` or after the episode ended."""
 

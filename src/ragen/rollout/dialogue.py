@@ -40,9 +40,14 @@ class ChatFormat:
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def opening(self, user: str) -> list[int]:
-        """Ids of: system, the first user message, the assistant header, the reply prefix."""
-        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+    def opening(self, user: str, demos: Sequence[dict] = ()) -> list[int]:
+        """Ids of: system, the demonstration exchanges (user/assistant messages, if any), the
+        first user message, the assistant header, the reply prefix."""
+        messages = [
+            {"role": "system", "content": self.system},
+            *demos,
+            {"role": "user", "content": user},
+        ]
         return self._encode(self._render(messages, generation_prompt=True) + self.reply_prefix)
 
     def continuation(self, history: Sequence[dict], user: str, *, reply_stopped: bool) -> list[int]:

@@ -21,6 +21,7 @@ from ragen.agent.prompts import (
     first_user_message,
     reply_prefix,
     turn_user_message,
+    worked_reply,
 )
 from ragen.rollout.dialogue import ChatFormat
 from ragen.rollout.generator import Generator, Request
@@ -45,6 +46,7 @@ class RolloutSpec:
     top_p: float = 1.0
     think: bool = True
     format_penalty: float = -0.1
+    demos: int = 0
 
     @classmethod
     def from_config(cls, rollout, **changes) -> RolloutSpec:
@@ -73,6 +75,26 @@ class _Episode:
         self.traj.end = reason
 
 
+def _demo_messages(env, spec: RolloutSpec) -> list[dict]:
+    """The first ``spec.demos`` worked turns of the env as user/assistant messages."""
+    worked = envs.demonstrations(env)
+    if spec.demos > len(worked):
+        raise ValueError(f"rollout.demos={spec.demos}, but the env offers {len(worked)}")
+    messages = []
+    for demo in worked[: spec.demos]:
+        user = first_user_message(
+            demo.instructions,
+            env.actions,
+            spec.max_actions_per_turn,
+            demo.observation,
+            spec.max_actions_per_episode,
+            think=spec.think,
+        )
+        reply = worked_reply(demo.thought, demo.answer, think=spec.think)
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+    return messages
+
+
 def _start(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
     ep.observation = ep.env.reset(ep.traj.seed)
     user = first_user_message(
@@ -83,8 +105,10 @@ def _start(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
         spec.max_actions_per_episode,
         think=spec.think,
     )
-    ep.messages.append({"role": "user", "content": user})
-    ep.traj.append(fmt.opening(user), sampled=False)
+    demos = _demo_messages(ep.env, spec)
+    # The demonstrations stay in the dialogue: the template renders every later turn after them.
+    ep.messages += [*demos, {"role": "user", "content": user}]
+    ep.traj.append(fmt.opening(user, demos), sampled=False)
 
 
 def _act(ep: _Episode, actions: Sequence[str]) -> list[float]:

@@ -5,44 +5,38 @@ token t given tokens < t (position 0, which nothing predicts, holds 0)."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from ragen.algos import logprobs_and_entropy
-
-
-def _shift_right(x: torch.Tensor) -> torch.Tensor:
-    """(B, T-1) → (B, T) with a zero column in front."""
-    return F.pad(x, (1, 0))
+from ragen.train.forward import state_values, token_logprobs
 
 
 def policy_logprobs(
     model,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor | None = None,
     *,
     temperature: float = 1.0,
     with_entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob and entropy of each token under ``model``, both (B, T) float32.
 
-    The logits (B, T, V) are the memory hot spot; the log-softmax runs in chunks over
-    positions so no second full-size float32 copy is made.
+    With ``loss_mask`` (B, T) only the sampled tokens are scored (others hold 0); see
+    `forward.token_logprobs`, which also runs a shared prefix once.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    logp, ent = logprobs_and_entropy(
-        logits[:, :-1],  # (B, T-1, V): position t-1 predicts token t
-        input_ids[:, 1:],
+    return token_logprobs(
+        model,
+        input_ids,
+        attention_mask,
+        loss_mask,
         # greedy replies (temperature 0) carry log-probs at temperature 1, as the generator's
         temperature=temperature if temperature > 0 else 1.0,
         with_entropy=with_entropy,
     )
-    return _shift_right(logp), _shift_right(ent)
 
 
 def critic_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """V(state before token t) for every t, (B, T) float32."""
-    values = critic(input_ids, attention_mask).float()  # (B, T): value after each token
-    return _shift_right(values[:, :-1])
+    return state_values(critic, input_ids, attention_mask)
 
 
 @torch.no_grad()
@@ -52,23 +46,26 @@ def score_batch(
     ref_logprobs,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
     *,
     temperature: float,
     micro_batch: int,
 ) -> dict[str, torch.Tensor | None]:
     """Old log-probs (and reference log-probs, values) for a whole batch, in micro-batches.
 
-    ``ref_logprobs(ids, mask) -> (B, T)`` scores under the frozen reference; it and
+    ``ref_logprobs(ids, mask, loss_mask) -> (B, T)`` scores under the frozen reference; it and
     ``critic`` may be None (no KL term; no critic). Returns (B, T) tensors.
     """
     old, refs, values = [], [], []
     for rows in torch.arange(len(input_ids)).split(micro_batch):
-        ids, mask = input_ids[rows], attention_mask[rows]
+        ids, mask, sampled = input_ids[rows], attention_mask[rows], loss_mask[rows]
         old.append(
-            policy_logprobs(policy, ids, mask, temperature=temperature, with_entropy=False)[0]
+            policy_logprobs(
+                policy, ids, mask, sampled, temperature=temperature, with_entropy=False
+            )[0]
         )
         if ref_logprobs is not None:
-            refs.append(ref_logprobs(ids, mask))
+            refs.append(ref_logprobs(ids, mask, sampled))
         if critic is not None:
             values.append(critic_values(critic, ids, mask))
     return {

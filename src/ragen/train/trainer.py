@@ -90,9 +90,11 @@ def _reference(policy, kl_coef: float, temperature: float):
     else:
         model, context = copy.deepcopy(policy).requires_grad_(False), nullcontext
 
-    def ref_logprobs(ids, mask):
+    def ref_logprobs(ids, mask, sampled):
         with context():
-            return policy_logprobs(model, ids, mask, temperature=temperature, with_entropy=False)[0]
+            return policy_logprobs(
+                model, ids, mask, sampled, temperature=temperature, with_entropy=False
+            )[0]
 
     return ref_logprobs
 
@@ -197,6 +199,7 @@ class Trainer:
         batch = collate(kept, self.m.tokenizer.pad_token_id, c.rollout.reward_placement)
         ids = batch.input_ids.to(self.device)
         mask = batch.attention_mask.to(self.device)
+        loss_mask = batch.loss_mask.to(self.device)
         with self._autocast():
             scored = score_batch(
                 self.m.policy,
@@ -204,10 +207,10 @@ class Trainer:
                 self.m.ref,
                 ids,
                 mask,
+                loss_mask,
                 temperature=c.rollout.temperature,
                 micro_batch=c.trainer.micro_batch_size,
             )
-        loss_mask = batch.loss_mask.to(self.device)
         advantages, returns = estimate(
             c.algo.estimator,
             rewards=batch.rewards.to(self.device),

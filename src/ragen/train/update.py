@@ -90,7 +90,7 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
     """(actor loss, critic loss or None, stats) of one micro-batch."""
     mask = data.loss_mask
     logp, entropy = policy_logprobs(
-        policy, data.input_ids, data.attention_mask, temperature=s.temperature
+        policy, data.input_ids, data.attention_mask, mask, temperature=s.temperature
     )
     pg_tok, stats = policy_loss(
         logp, data.old_logprobs, data.advantages, mask, s.clip_low, s.clip_high, s.dual_clip
