@@ -132,7 +132,9 @@ def test_demonstrations_open_the_dialogue_and_are_never_trained(tokenizer):
         places = [text.index(w) for w in worked] + [text.index("<think>" + script[0])]
         assert places == sorted(places)  # demo 1, demo 2, then the real reply
         assert text.count("<|im_start|>user\n") == 3
-        sampled = tokenizer.decode([i for i, m in zip(traj.token_ids, traj.loss_mask) if m])
+        sampled = tokenizer.decode(
+            [i for i, m in zip(traj.token_ids, traj.loss_mask, strict=True) if m]
+        )
         assert sampled == script[0] + tokenizer.eos_token  # only the real reply is trained
         assert traj.turns[0].actions == ["Dragon"] and traj.end == "terminated"
     with pytest.raises(ValueError, match="offers 0"):

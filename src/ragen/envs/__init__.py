@@ -17,10 +17,10 @@ from ragen.envs.base import (
     GenerationError,
     StepResult,
     TextEnv,
+    demonstrations,
     make,
     names,
     register,
-    demonstrations,
     spec,
 )
 from ragen.envs.countdown import CountdownEnv
