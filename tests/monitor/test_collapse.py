@@ -123,6 +123,14 @@ def test_saved_state_resumes_exactly(cut):
     assert second.state_dict() == straight.state_dict()
 
 
+def test_actionable_alerts_follow_act_on():
+    warning = Alert(3, "warning", REWARD_STD, 0.1, 0.3, "")
+    collapse = Alert(4, "collapse", REWARD, 0.1, 0.8, "")
+    assert CollapseDetector().actionable([warning, collapse]) == [collapse]
+    eager = CollapseDetector(MonitorConfig(act_on="warning"))
+    assert eager.actionable([warning, collapse]) == [warning, collapse]
+
+
 def test_alert_record_and_line():
     alert = Alert(12, "warning", REWARD_STD, 0.1, 0.3, "0.1 is 67% below its running peak 0.3")
     record = alert.to_record()

@@ -251,9 +251,11 @@ class CollapseDetector:
                 continue
             if track.peak <= 0:  # no fall from a level of zero (e.g. an MI never above 0)
                 continue
+            if f.while_reward_holds and not self._holds():
+                continue  # not judged now, so it stays armed for when the reward holds again
             fall = track.peak - track.ema
             need = max(f.share * track.peak, self.config.noise_margin * track.noise)
-            if not _crossed(track, fall, need) or (f.while_reward_holds and not self._holds()):
+            if not _crossed(track, fall, need):
                 continue
             reason = " while the reward holds" if f.while_reward_holds else ""
             message = (
@@ -291,6 +293,12 @@ class CollapseDetector:
             f"gradient norm {value:.4g} is {value / median:.1f}x its running median {median:.4g}"
         )
         return [Alert(step, "collapse", GRAD_NORM, value, median, message)]
+
+    def actionable(self, alerts: Sequence[Alert]) -> list[Alert]:
+        """The alerts that call for ``config.action``: collapses, plus warnings when
+        ``act_on`` is warning. (With action=warn the caller only logs them.)"""
+        kinds = {"collapse", "warning"} if self.config.act_on == "warning" else {"collapse"}
+        return [a for a in alerts if a.kind in kinds]
 
     # ------------------------------------------------------------------------ state
 

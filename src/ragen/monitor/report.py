@@ -120,8 +120,9 @@ def load_run(root: str | Path, monitor: MonitorConfig | None = None) -> RunData:
     )
     if run.alerts.is_file():
         fields = Alert.__dataclass_fields__.keys()
-        records_ = read_jsonl(run.alerts).records
-        alerts = [Alert.from_record(r) for r in records_ if fields <= r.keys()]
+        alerts = [
+            Alert.from_record(r) for r in read_jsonl(run.alerts).records if fields <= r.keys()
+        ]
         source = "alerts.jsonl"
     else:
         alerts = replay(records, monitor or monitor_config_from_file(run.config))
@@ -221,36 +222,45 @@ def draw(plot: Plot, panels: dict[str, list[Series]], runs: Sequence[RunData]) -
     FigureCanvasAgg(fig)
     colors = {run.name: f"C{i % 10}" for i, run in enumerate(runs)}
     for ax, panel in zip(fig.subplots(1, len(shown), squeeze=False)[0], shown, strict=True):
-        curves = panels[panel.title]
-        several_keys = len({c.key for c in curves}) > 1
-        for c in curves:
-            color = colors[c.run]
-            style = _STYLES[sorted({x.key for x in curves}).index(c.key) % len(_STYLES)]
-            label = f"{c.run} · {c.key.split('/')[1]}" if several_keys else c.run
-            if panel.smooth:
-                ax.plot(c.steps, c.raw, color=color, alpha=0.25, lw=0.8, gid=f"{c.run}|{c.key}|raw")
-            marker = "o" if not panel.smooth else None
-            gid = f"{c.run}|{c.key}|smooth"
-            ax.plot(
-                c.steps,
-                c.smooth,
-                color=color,
-                ls=style,
-                lw=1.6,
-                marker=marker,
-                ms=3,
-                label=label,
-                gid=gid,
-            )
-        _mark_alerts(ax, [r for r in runs if r.name in {c.run for c in curves}], colors)
-        ax.set_title(panel.title)
-        ax.set_xlabel("step")
-        if panel.log_y and all(v > 0 for c in curves for v in c.raw):
-            ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        _draw_panel(ax, panel, panels[panel.title], runs, colors)
     fig.suptitle(plot.title)
     return fig
+
+
+def _draw_panel(ax, panel: Panel, curves: list[Series], runs, colors: dict[str, str]) -> None:
+    """One colour per run; several keys of one run (eval envs) differ by line style."""
+    keys = list(dict.fromkeys(c.key for c in curves))
+    for c in curves:
+        label = f"{c.run} · {_short(c.key)}" if len(keys) > 1 else c.run
+        style = _STYLES[keys.index(c.key) % len(_STYLES)]
+        if panel.smooth:
+            ax.plot(
+                c.steps, c.raw, color=colors[c.run], alpha=0.25, lw=0.8, gid=f"{c.run}|{c.key}|raw"
+            )
+        ax.plot(
+            c.steps,
+            c.smooth,
+            color=colors[c.run],
+            ls=style,
+            lw=1.6,
+            marker=None if panel.smooth else "o",  # sparse eval points stay visible
+            ms=3,
+            label=label,
+            gid=f"{c.run}|{c.key}|smooth",
+        )
+    _mark_alerts(ax, [r for r in runs if r.name in {c.run for c in curves}], colors)
+    ax.set_title(panel.title)
+    ax.set_xlabel("step")
+    if panel.log_y and all(v > 0 for c in curves for v in c.raw):
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def _short(key: str) -> str:
+    """eval/sokoban/success -> sokoban; other keys stay whole."""
+    parts = key.split("/")
+    return parts[1] if parts[0] == "eval" and len(parts) == 3 else key
 
 
 def _mark_alerts(ax, runs: Sequence[RunData], colors: dict[str, str]) -> None:

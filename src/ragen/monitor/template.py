@@ -175,11 +175,10 @@ def cross_loglik(
         first = out.logits[:, -1:]  # (1, 1, V): predicts every reasoning's first token
         for rows in torch.arange(n).split(micro_batch):
             reasonings = [pairs[i][1] for i in rows]
-            logits, labels, mask = _reasoning_logits(
-                model, out.past_key_values, first, reasonings, len(prompt)
+            scored = _score_reasonings(
+                model, out.past_key_values, first, reasonings, len(prompt), temperature, chunk
             )
-            logp, ent = logprobs_and_entropy(logits, labels, chunk=chunk, temperature=temperature)
-            logp, ent, mask = logp.cpu(), ent.cpu(), mask.cpu()  # (B, L) each
+            logp, ent, mask = (x.cpu() for x in scored)  # (B, L) each
             loglik[rows, j] = (logp * mask).sum(dim=1)
             for b, i in enumerate(rows.tolist()):
                 if i == j:
@@ -187,29 +186,38 @@ def cross_loglik(
     return loglik, entropy
 
 
-def _reasoning_logits(model, prefix_cache, first_logits, reasonings, prompt_len):
-    """Logits for each reasoning token after one shared prompt; returns (logits, labels,
-    mask), each (B, L[, V]), the reasonings right-padded to the longest."""
+def _score_reasonings(
+    model, prefix_cache, first_logits, reasonings, prompt_len, temperature, chunk
+):
+    """Log-probs and entropies of each reasoning token after one shared prompt.
+
+    Returns (logp, entropy, mask), each (B, L), the reasonings right-padded to the longest L.
+    """
     device = first_logits.device
-    width = max(len(r) for r in reasonings)
-    labels = torch.zeros(len(reasonings), width, dtype=torch.long, device=device)  # (B, L)
-    mask = torch.zeros(len(reasonings), width, device=device)  # (B, L)
-    for b, r in enumerate(reasonings):
-        labels[b, : len(r)] = torch.tensor(r, device=device)
-        mask[b, : len(r)] = 1
-    logits = first_logits.expand(len(reasonings), 1, -1)  # (B, 1, V)
+    b, width = len(reasonings), max(len(r) for r in reasonings)
+    labels = torch.zeros(b, width, dtype=torch.long, device=device)  # (B, L)
+    mask = torch.zeros(b, width, device=device)  # (B, L)
+    for row, r in enumerate(reasonings):
+        labels[row, : len(r)] = torch.tensor(r, device=device)
+        mask[row, : len(r)] = 1
+    # The prompt's last position predicts every reasoning's first token.
+    logp, ent = logprobs_and_entropy(
+        first_logits.expand(b, 1, -1), labels[:, :1], chunk=chunk, temperature=temperature
+    )  # (B, 1) each
     if width > 1:
         # The forward appends to the cache it is given: each batch gets its own copy.
         cache = copy.deepcopy(prefix_cache)
-        cache.batch_repeat_interleave(len(reasonings))
-        attention = torch.cat(
-            [torch.ones(len(reasonings), prompt_len, device=device), mask[:, :-1]], dim=1
-        ).long()  # (B, P + L - 1); right padding keeps every real token's position
+        cache.batch_repeat_interleave(b)
+        attention = torch.cat([torch.ones(b, prompt_len, device=device), mask[:, :-1]], dim=1)
+        # Right padding keeps every real token's position; the last token predicts nothing.
         out = model(
-            input_ids=labels[:, :-1], attention_mask=attention, past_key_values=cache
-        )  # the last token predicts nothing we score
-        logits = torch.cat([logits, out.logits], dim=1)  # (B, L, V)
-    return logits, labels, mask
+            input_ids=labels[:, :-1], attention_mask=attention.long(), past_key_values=cache
+        )  # logits (B, L - 1, V)
+        rest_logp, rest_ent = logprobs_and_entropy(
+            out.logits, labels[:, 1:], chunk=chunk, temperature=temperature
+        )  # (B, L - 1) each: scored apart, so no (B, L, V) copy is made
+        logp, ent = torch.cat([logp, rest_logp], dim=1), torch.cat([ent, rest_ent], dim=1)
+    return logp, ent, mask
 
 
 def template_collapse_metrics(
