@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ragen-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test lint format bench-envs clean
+.PHONY: install demo test test-browser lint format bench-envs clean
 
 install: $(STAMP)
 
@@ -36,6 +36,10 @@ format: install
 
 test: lint
 	$(BIN)/python -m pytest
+
+# The viewer in a real browser: Debian's chromium (apt-get install chromium) via Playwright.
+test-browser: install
+	$(BIN)/python -m pytest -m browser tests/viewer
 
 # Benchmarks compare against the packages users would otherwise reach for; those live in
 # their own venv (gym-sokoban's __init__ imports the old gym), never in .venv.

@@ -187,3 +187,15 @@ def test_new_steps_appear_without_a_restart(viewer_run, copy_run, tmp_path):
     with MetricsLogger(RunDir(run), tensorboard=False) as log:
         log.log_episodes(STEPS, episodes[:2])  # the same step's file grows
     assert client.get(f"/api/steps/{STEPS}/episodes").json()["total"] == len(episodes) + 2
+
+
+def test_evaluation_episodes_are_served_under_eval(viewer_run, copy_run, tmp_path):
+    run = copy_run(viewer_run, tmp_path / "with-eval")
+    trajectories = RunDir(run).trajectories
+    (trajectories / "eval.jsonl").write_bytes((trajectories / "step_000000.jsonl").read_bytes())
+    client = TestClient(create_app(run))
+    assert client.get("/api/run").json()["eval_episodes"] is True
+    body = client.get("/api/steps/eval/episodes").json()
+    assert body["step"] == "eval" and body["total"] == 8
+    assert client.get("/api/steps/eval/episodes/7").json()["record"] == _records(run, 0)[7]
+    assert client.get("/api/groups/0?steps=eval").status_code == 400

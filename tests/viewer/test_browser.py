@@ -82,8 +82,10 @@ class Watched:
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
 
     def pwned(self) -> bool:
+        """A payload ran, or tried to: a handler blocked by the Content-Security-Policy
+        still means model text was parsed as markup, so it counts."""
         flag = self.page.evaluate("() => window.__pwned")
-        said = any("pwned" in line for line in self.console)
+        said = any("pwned" in line or "Content Security Policy" in line for line in self.console)
         return flag is not None or said or bool(self.dialogs)
 
 
@@ -149,6 +151,8 @@ def test_planted_payloads_show_as_text_and_run_nothing(hostile_server, watched, 
     card.click()
     think = page.locator("#dialogue .think")
     think.wait_for()
+    time.sleep(0.3)  # any onerror handler of a planted <img> would have fired by now
+    assert not watched.pwned()
     assert "<script>" in think.inner_text()
     page.locator("#dialogue details.raw summary").click()
     assert page.locator("#dialogue details.raw pre").inner_text() == planted.reply
@@ -246,4 +250,3 @@ def test_exported_file_works_offline_and_runs_no_payload(planted_run, tmp_path, 
     time.sleep(0.3)
     assert not watched.pwned()
     assert not watched.errors
-    assert not [line for line in watched.console if "Content Security Policy" in line]
