@@ -49,6 +49,7 @@ PLANTED_ALERT = {
     "signal": "rollout/reward_std",
     "value": 0.0,
     "baseline": 0.2,
+    "message": "in-group reward std fell to 0.000 from its peak 0.200",
 }
 
 

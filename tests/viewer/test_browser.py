@@ -61,8 +61,11 @@ class Server:
 def browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install it with `sudo apt-get install -y chromium`")
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    with playwright_api.sync_playwright() as p:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is missing: `make install` (it is in the dev extra)")
+    with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         yield chromium
         chromium.close()
@@ -123,6 +126,17 @@ def test_step_list_loads_for_a_tiny_model_run(server, watched, viewer_run):
     assert page.locator("#run-name").text_content() == viewer_run.name
     assert "env sokoban" in page.locator("#run-config").text_content()
     assert page.locator("svg.chart polyline").count() == 3
+    assert not watched.errors
+
+
+def test_alerts_are_marked_on_the_charts_and_steps(hostile_server, watched, planted):
+    page = watched.page
+    page.goto(hostile_server.url())
+    page.locator("#steps-table tbody tr").first.wait_for()
+    assert page.locator("svg.chart .alert-mark").count() == 3  # one per chart
+    badge = page.locator(f"#steps-table tr[data-step='{planted.alert['step']}'] .badge")
+    assert badge.inner_text() == "collapse"
+    assert planted.alert["message"] in badge.get_attribute("title")
     assert not watched.errors
 
 

@@ -352,6 +352,7 @@ def _alert(record: dict) -> dict:
         "signal": as_str(record.get("signal")),
         "value": as_float(record.get("value")),
         "baseline": as_float(record.get("baseline")),
+        "message": as_str(record.get("message")),
     }
 
 

@@ -260,16 +260,16 @@
       svg("text", { x: pad.l, y: H - 6, class: "tick", text: `step ${x0}` }),
       svg("text", { x: W - pad.r, y: H - 6, class: "tick end", text: `${x1}` }),
     );
-    for (const alert of run.alerts) {
-      if (alert.step < x0 || alert.step > x1) continue;
+    for (const a of run.alerts) {
+      if (a.step < x0 || a.step > x1) continue;
       const line = svg("line", {
-        x1: x(alert.step),
-        x2: x(alert.step),
+        x1: x(a.step),
+        x2: x(a.step),
         y1: pad.t,
         y2: H - pad.b,
-        class: "alert-mark",
+        class: `alert-mark ${alertClass(a)}`,
       });
-      line.append(svg("title", { text: alertText(alert) }));
+      line.append(svg("title", { text: alertText(a) }));
       box.append(line);
     }
     const path = points.map((p) => `${x(p.step).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ");
@@ -286,8 +286,14 @@
     return figure;
   }
 
+  // Early warnings in amber, confirmed collapses (and unknown kinds) in red.
+  function alertClass(a) {
+    return a.kind === "warning" ? "warning" : "alert";
+  }
+
   function alertText(a) {
-    return `step ${a.step}: ${a.kind} on ${a.signal} = ${fmt(a.value)} (baseline ${fmt(a.baseline)})`;
+    const numbers = `${fmt(a.value)} (baseline ${fmt(a.baseline)})`;
+    return `step ${a.step}: ${a.kind} on ${a.signal}: ${a.message || numbers}`;
   }
 
   function stepsTable(run) {
@@ -300,7 +306,7 @@
         ? el("a", { href: link(["step", s.step]), text: String(s.step) })
         : el("span", { text: String(s.step), title: "no trajectories saved for this step" });
       const alerts = (alertsAt[s.step] || []).map((a) =>
-        el("span", { class: "badge alert", title: alertText(a), text: a.kind || "alert" }),
+        el("span", { class: `badge ${alertClass(a)}`, title: alertText(a), text: a.kind || "alert" }),
       );
       body.append(
         el(
@@ -357,7 +363,7 @@
       ),
     );
     if (run.alerts.length) {
-      const items = run.alerts.map((a) => el("li", { class: "alert", text: alertText(a) }));
+      const items = run.alerts.map((a) => el("li", { class: alertClass(a), text: alertText(a) }));
       main.append(el("section", {}, el("h2", { text: "Alerts" }), el("ul", {}, items)));
     }
     if (run.eval_episodes) {
@@ -771,6 +777,8 @@
       if (parts[0] === "group" && /^[0-9]{1,9}$/.test(parts[1] || "")) {
         await renderGroup(Number(parts[1]), params);
       } else {
+        state.run = await source.run(); // fresh numbers each time the list is opened
+        renderHeader(state.run);
         renderSteps(state.run);
       }
     } catch (error) {
