@@ -292,6 +292,22 @@ def _add_env_commands(commands) -> None:
     p.set_defaults(func=_cmd_play)
 
 
+def _add_run_commands(commands) -> None:
+    """Commands that read a run directory: the collapse monitor, reports, the viewer."""
+    from ragen.monitor import commands as monitor_commands
+    from ragen.viewer import command as view_command
+
+    p = _command(commands, "monitor", monitor_commands.MONITOR_SUMMARY)
+    monitor_commands.add_monitor_arguments(p)
+    p.set_defaults(func=monitor_commands.run_monitor)
+    p = _command(commands, "report", monitor_commands.REPORT_SUMMARY)
+    monitor_commands.add_report_arguments(p)
+    p.set_defaults(func=monitor_commands.run_report)
+    p = _command(commands, "view", "browse a run's trajectories in a local web page")
+    view_command.add_arguments(p)
+    p.set_defaults(func=view_command.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ragen", description="Train LLM agents with multi-turn RL (StarPO / StarPO-S)."
@@ -303,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_command(commands)
     _add_eval_command(commands)
     _add_env_commands(commands)
+    _add_run_commands(commands)
     return parser
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from ragen import config, models
@@ -241,3 +242,75 @@ def test_config_yaml_of_a_run_reloads(tmp_path):
     run = create_run_dir(tmp_path / "r", cfg)
     assert config.load(str(run.config)) == cfg
     json.dumps(config.to_dict(cfg))  # the W&B config is plain data
+
+
+def test_logged_losses_do_not_depend_on_the_micro_batch_size():
+    logged = []
+    for micro in (1, 2):
+        policy, tokenizer = models.load_policy("tiny", dtype="float32")
+        data = _update_data(policy, tokenizer, [1.0, -0.5])
+        opt = {"actor": torch.optim.SGD(policy.parameters(), lr=0.0)}
+        logged.append(
+            ppo_update(policy, None, opt, data, _settings(micro_batch_size=micro), seed=0)
+        )
+    with torch.no_grad():
+        ent = policy_logprobs(policy, data.input_ids, data.attention_mask)[1]
+    on = data.loss_mask > 0
+    assert logged[0]["actor/entropy"] == pytest.approx(float(ent[on].mean()), rel=1e-5)
+    assert logged[0]["actor/pg_loss"] == pytest.approx(-float(data.advantages[on].mean()), rel=1e-5)
+    for key in ("actor/entropy", "actor/pg_loss", "actor/grad_norm"):
+        assert logged[0][key] == pytest.approx(logged[1][key], rel=1e-5)
+
+
+def _collapse_metrics(step):
+    """A stream whose reward rises for 12 steps, then falls back to where it started."""
+    reward = 0.1 + 0.05 * min(step, 12) - (0.08 * (step - 14) if step > 14 else 0.0)
+    return {"rollout/reward_mean": reward, "rollout/success": reward, "actor/grad_norm": 1.0}
+
+
+def test_monitor_stop_ends_the_run_with_a_checkpoint_and_logs_alerts(tmp_path):
+    cfg = _config("trainer.steps=1", "monitor.action=stop", "monitor.warmup_steps=3")
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    trainer = Trainer(cfg, run)
+    step = 0
+    while trainer.stopped_at is None and step < 40:
+        trainer.watch(step, _collapse_metrics(step))
+        step += 1
+    alerts = read_jsonl(run.alerts).records
+    assert trainer.stopped_at == step - 1 and alerts[-1]["kind"] == "collapse"
+    assert alerts[-1]["signal"] == "rollout/reward_mean" and alerts[-1]["step"] == step - 1
+    trainer.maybe_checkpoint(trainer.stopped_at)
+    state = json.loads((run.checkpoint(step) / checkpoint.STATE_FILE).read_text())
+    assert state["monitor"] == trainer.detector.state_dict()
+
+
+def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_path):
+    cfg = _config(
+        "trainer.steps=5",
+        "trainer.save_every=1",
+        "monitor.action=rollback",
+        "monitor.warmup_steps=3",
+        "monitor.rollback_lr_scale=0.5",
+        "monitor.rollback_filter_ratio=0.25",
+    )
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    trainer = Trainer(cfg, run)
+    trainer.eval_success = 0.9
+    trainer.maybe_checkpoint(0)  # step_1 has the best eval success: the rollback target
+    best = {k: v.clone() for k, v in trainer.m.policy.state_dict().items()}
+    with torch.no_grad():
+        for param in trainer.m.policy.parameters():
+            param.add_(1.0)
+    trainer.eval_success = 0.2
+    trainer.maybe_checkpoint(1)  # the newest, step_2, is worse
+    step = 0
+    while trainer.rollbacks == 0 and step < 40:
+        trainer.watch(step, _collapse_metrics(step))
+        step += 1
+    assert trainer.rollbacks == 1 and trainer.stopped_at is None
+    assert all(torch.equal(best[k], v) for k, v in trainer.m.policy.state_dict().items())
+    lrs = [g["lr"] for g in trainer.m.optimizers["actor"].param_groups]
+    assert lrs == [cfg.trainer.actor_lr * 0.5] * len(lrs)
+    assert trainer.config.algo.filter_ratio == 0.25

@@ -33,7 +33,7 @@ from typing import Literal
 import yaml
 
 from ragen import config
-from ragen.config import opt
+from ragen.config import MonitorConfig
 
 REWARD = "rollout/reward_mean"
 SUCCESS = "rollout/success"
@@ -48,59 +48,6 @@ MI = "collapse/mi_estimate"
 _MIN_OBSERVATIONS = 3
 _MIN_GRAD_HISTORY = 5
 _TOLERANCE = 1e-6
-
-
-@dataclass
-class MonitorConfig:
-    enabled: bool = True
-    """Run the collapse detector on every step's metrics; each alert is one console line and
-    one object in RUN_DIR/alerts.jsonl."""
-    action: Literal["warn", "stop", "rollback"] = "warn"
-    """On an alert: warn only; stop the run; or rollback: reload the checkpoint with the best
-    eval success and continue with the rollback_* changes."""
-    act_on: Literal["warning", "collapse"] = "collapse"
-    """Which alerts trigger the action: confirmed collapses only, or early warnings too."""
-    warmup_steps: int = opt(10, ge=0)
-    """Steps seen before any alert; the reward's starting level is its EMA at this point."""
-    ema_alpha: float = opt(0.1, gt=0.0, le=1.0)
-    """Weight of one step in the EMA baselines (0.1 averages over about 10-20 steps); a
-    metric logged every k steps weighs as k steps."""
-    noise_margin: float = opt(1.5, ge=0.0)
-    """A fall must also exceed this many standard deviations of the metric's raw per-step
-    values, so noise alone never alerts."""
-    std_drop: float = opt(0.5, gt=0.0, le=1.0)
-    """Warning when the in-group reward std (EMA) falls this share below its running peak
-    while the reward has not collapsed (the paper's earliest signal)."""
-    entropy_drop: float = opt(0.5, gt=0.0, le=1.0)
-    """Warning when the token entropy (EMA) falls this share below its running peak while the
-    reward has not collapsed."""
-    diversity_drop: float = opt(0.5, gt=0.0, le=1.0)
-    """Warning when a diversity metric (distinct replies, distinct think bigrams) falls this
-    share below its running peak (the Echo Trap)."""
-    mi_drop: float = opt(0.5, gt=0.0, le=1.0)
-    """Warning when the prompt-reasoning MI estimate falls this share below its running peak
-    (template collapse)."""
-    solved_success: float = opt(0.95, gt=0.0, le=1.0)
-    """No reward-std or entropy warning while the rollout success (EMA) is at least this: a
-    solved task has no variance left to lose."""
-    reward_drop: float = opt(0.3, gt=0.0, le=1.0)
-    """Collapse when the reward (EMA) has given back this share of its rise from the
-    warm-up level to its peak."""
-    grad_spike: float = opt(10.0, gt=1.0)
-    """Collapse when one step's gradient norm exceeds this multiple of the running median."""
-    grad_window: int = opt(50, ge=5)
-    """Steps in the gradient norm's running median."""
-    template_every: int = opt(10, ge=0)
-    """Measure template collapse (collapse/* metrics: N x N cross-scoring of reasonings under
-    prompts) every this many steps; 0 never."""
-    template_pairs: int = opt(8, ge=2)
-    """N: (prompt, reasoning) pairs with distinct prompts cross-scored per measurement."""
-    rollback_lr_scale: float = opt(0.5, gt=0.0, le=1.0)
-    """action=rollback: learning rates are multiplied by this after each rollback."""
-    rollback_filter_ratio: float | None = opt(None, gt=0.0, le=1.0)
-    """action=rollback: algo.filter_ratio after a rollback (stronger filtering); null keeps it."""
-    max_rollbacks: int = opt(2, ge=0)
-    """action=rollback: rollbacks allowed before the run stops instead."""
 
 
 @dataclass

@@ -43,7 +43,8 @@ def save_checkpoint(
     state: dict,
     keep: int,
 ) -> Path:
-    """Write ``checkpoints/step_<step>`` atomically; keep the newest ``keep`` checkpoints."""
+    """Write ``checkpoints/step_<step>`` atomically; keep the newest ``keep`` checkpoints and
+    the one with the best ``eval_success`` in its state (the rollback target)."""
     final = run.checkpoint(step)
     tmp = final.with_name(f".{final.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -66,8 +67,21 @@ def save_checkpoint(
 
 
 def _prune(run: RunDir, keep: int) -> None:
+    best = best_checkpoint(run)
     for old in complete_checkpoints(run)[:-keep]:
-        shutil.rmtree(old)
+        if old != best:
+            shutil.rmtree(old)
+
+
+def best_checkpoint(run: RunDir) -> Path | None:
+    """The complete checkpoint with the highest ``eval_success`` (the newest among equals);
+    None when no checkpoint recorded one."""
+    scored = []
+    for path in complete_checkpoints(run):
+        success = json.loads((path / STATE_FILE).read_text()).get("eval_success")
+        if isinstance(success, int | float):
+            scored.append((success, int(path.name.removeprefix("step_")), path))
+    return max(scored)[2] if scored else None
 
 
 def complete_checkpoints(run: RunDir) -> list[Path]:

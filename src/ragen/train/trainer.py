@@ -20,8 +20,10 @@ from tqdm import tqdm
 from ragen import models
 from ragen.algos import NEEDS_CRITIC, estimate, select_groups
 from ragen.config import Config, to_dict
+from ragen.monitor.collapse import Alert, CollapseDetector
 from ragen.monitor.logging import MetricsLogger, RunDir, append_jsonl, read_jsonl, rewrite_jsonl
-from ragen.monitor.metrics import rollout_metrics
+from ragen.monitor.metrics import diversity_metrics, rollout_metrics
+from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.generator import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
@@ -109,6 +111,10 @@ class Trainer:
         self.m = build_models(config, self.device)
         self.generator = make_generator(config.rollout.backend, self.m.policy, self.m.tokenizer)
         self.spec = RolloutSpec.from_config(config.rollout)
+        self.detector = CollapseDetector(config.monitor) if config.monitor.enabled else None
+        self.rollbacks = 0
+        self.stopped_at: int | None = None  # the step after which monitor.action=stop stopped
+        self.eval_success: float | None = None  # mean eval success of the latest evaluation
         self.start_step = self._resume() if resume else 0
         self.rollouts: list[Trajectory] | None = None
         self.rollouts_step = -1
@@ -140,6 +146,8 @@ class Trainer:
                     success=f"{metrics['rollout/success']:.2f}",
                 )
                 bar.update(1)
+                if self.stopped_at is not None:
+                    break
 
     def step(self, step: int, log: MetricsLogger) -> dict[str, float]:
         """One StarPO iteration; returns the metrics it logged."""
@@ -148,6 +156,7 @@ class Trainer:
         trajectories = self.collect(step)
         metrics["time/rollout_s"] = time.perf_counter() - started
         metrics.update(rollout_metrics(trajectories))
+        metrics.update(diversity_metrics(trajectories))
         kept, filter_metrics = self.filter(trajectories)
         metrics.update(filter_metrics)
         started = time.perf_counter()
@@ -157,10 +166,12 @@ class Trainer:
         metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
             metrics["time/update_s"], 1e-9
         )
+        metrics.update(self.maybe_measure_templates(step, trajectories))
         metrics.update(self.maybe_evaluate(step))
         log.log(step, metrics)
         if self.config.logging.save_trajectories:
             log.log_episodes(step, [t.to_record() for t in trajectories])
+        self.watch(step, metrics)
         self.maybe_checkpoint(step)
         return metrics
 
@@ -271,12 +282,80 @@ class Trainer:
             append_jsonl(self.run.evals, [{"step": step, **summary}])
             for key in ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean"):
                 metrics[f"eval/{env}/{key}"] = summary[key]
+        successes = [v for k, v in metrics.items() if k.endswith("/success")]
+        self.eval_success = sum(successes) / len(successes)
         return metrics
+
+    def maybe_measure_templates(self, step: int, trajectories: list[Trajectory]) -> dict:
+        """Every ``monitor.template_every`` steps: template collapse (RAGEN-2), the policy
+        cross-scoring a sample of reasonings under each other's prompts."""
+        mon = self.config.monitor
+        if not mon.enabled or mon.template_every == 0 or (step + 1) % mon.template_every:
+            return {}
+        pairs = sample_pairs(
+            trajectories,
+            self.m.tokenizer.decode,
+            max_pairs=mon.template_pairs,
+            seed=self.config.trainer.seed + step,
+        )
+        with self._autocast():
+            return template_collapse_metrics(
+                self.m.policy, pairs, temperature=self.config.rollout.temperature or 1.0
+            )
+
+    def watch(self, step: int, metrics: dict[str, float]) -> list[Alert]:
+        """Feed the step's metrics to the collapse detector; report alerts and act on them."""
+        if self.detector is None:
+            return []
+        alerts = self.detector.update(step, metrics)
+        if alerts:
+            append_jsonl(self.run.alerts, [a.to_record() for a in alerts])
+            for alert in alerts:
+                tqdm.write(alert.line())
+        if self.detector.actionable(alerts):
+            self._act(step)
+        return alerts
+
+    def _act(self, step: int) -> None:
+        """monitor.action on an actionable alert: nothing, stop, or roll back to the
+        checkpoint with the best eval success and continue with the configured changes."""
+        mon = self.config.monitor
+        if mon.action == "warn":
+            return
+        target = checkpoint.best_checkpoint(self.run)
+        if mon.action == "stop" or self.rollbacks >= mon.max_rollbacks or target is None:
+            why = "monitor.action=stop" if mon.action == "stop" else "no rollback left"
+            tqdm.write(f"[step {step}] stopping the run ({why}); last checkpoint: step_{step + 1}")
+            self.stopped_at = step
+            return
+        checkpoint.load_checkpoint(
+            target, policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
+        )
+        self.rollbacks += 1
+        self._apply_rollback_changes(self.rollbacks)
+        tqdm.write(
+            f"[step {step}] rolled back to {target.name} (rollback {self.rollbacks} of "
+            f"{mon.max_rollbacks}); learning rates x{mon.rollback_lr_scale**self.rollbacks:g}"
+        )
+
+    def _apply_rollback_changes(self, rollbacks: int) -> None:
+        """Learning rates scaled once per rollback (from the configured ones, so a resume
+        gives the same values), and the stronger filter if one is configured."""
+        mon, t = self.config.monitor, self.config.trainer
+        base = {"actor": t.actor_lr, "critic": t.critic_lr}
+        for name, opt in self.m.optimizers.items():
+            for group in opt.param_groups:
+                group["lr"] = base[name] * mon.rollback_lr_scale**rollbacks
+        if rollbacks and mon.rollback_filter_ratio is not None:
+            self.config.algo.filter_ratio = mon.rollback_filter_ratio
 
     def maybe_checkpoint(self, step: int) -> None:
         t = self.config.trainer
-        last = step + 1 == t.steps
+        last = step + 1 == t.steps or self.stopped_at == step
         if last or (t.save_every and (step + 1) % t.save_every == 0):
+            state = {"rollbacks": self.rollbacks, "eval_success": self.eval_success}
+            if self.detector is not None:
+                state["monitor"] = self.detector.state_dict()
             checkpoint.save_checkpoint(
                 self.run,
                 step + 1,
@@ -284,7 +363,7 @@ class Trainer:
                 tokenizer=self.m.tokenizer,
                 critic=self.m.critic,
                 optimizers=self.m.optimizers,
-                state={},
+                state=state,
                 keep=t.keep_checkpoints,
             )
 
@@ -307,6 +386,12 @@ class Trainer:
             done[-1], policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
         )
         step = int(state["step"])
+        self.rollbacks = int(state.get("rollbacks", 0))
+        self.eval_success = state.get("eval_success")
+        if self.detector is not None and "monitor" in state:
+            self.detector.load_state_dict(state["monitor"])
+        if self.rollbacks:
+            self._apply_rollback_changes(self.rollbacks)
         truncate_after(self.run, step)
         return step
 
@@ -314,7 +399,7 @@ class Trainer:
 def truncate_after(run: RunDir, step: int) -> None:
     """Forget steps >= ``step`` that a killed run logged past its last checkpoint, so the
     resumed run writes them once."""
-    for path in (run.metrics, run.evals):
+    for path in (run.metrics, run.evals, run.alerts):
         read = read_jsonl(path)
         kept = [r for r in read.records if int(r.get("step", -1)) < step]
         if len(kept) != len(read.records) or read.skipped:

@@ -86,8 +86,14 @@ class _Tally:
         return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
 
 
+# Losses aggregated with the mini-batch's normaliser: a micro-batch holds its share of the
+# mini-batch value, so these add up over micro-batches (the rest are micro-batch means).
+_ADDITIVE = ("actor/pg_loss", "actor/entropy", "actor/kl", "critic/value_loss")
+
+
 def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float):
-    """(actor loss, critic loss or None, stats) of one micro-batch."""
+    """(actor loss, critic loss or None, stats) of one micro-batch; the ``_ADDITIVE`` stats
+    are its shares of the mini-batch values."""
     mask = data.loss_mask
     logp, entropy = policy_logprobs(
         policy, data.input_ids, data.attention_mask, mask, temperature=s.temperature
@@ -142,7 +148,7 @@ def ppo_update(
                 continue  # nothing sampled in this mini-batch: no gradient to take
             for opt in optimizers.values():
                 opt.zero_grad(set_to_none=True)
-            finite = True
+            finite, sums = True, defaultdict(float)
             for micro in torch.arange(len(mini)).split(s.micro_batch_size):
                 part = mini_data.rows(micro)
                 with autocast:
@@ -152,6 +158,9 @@ def ppo_update(
                     finite = False
                     break
                 total.backward()
+                for key in _ADDITIVE:
+                    if key in stats:
+                        sums[key] += stats.pop(key)
                 tally.add(stats, float(part.loss_mask.sum()))
             norms = _clip(policy, critic, s.grad_clip)
             finite = finite and all(math.isfinite(n) for n in norms.values())
@@ -159,7 +168,7 @@ def ppo_update(
                 for opt in optimizers.values():
                     opt.step()
                 steps += 1
-                tally.add(norms, 1.0)
+                tally.add({**norms, **sums}, 1.0)
             else:
                 skipped += 1
             for opt in optimizers.values():
