@@ -95,6 +95,9 @@ class RolloutConfig:
     """Start replies with <think>; false is the NoThinking ablation (replies start <answer>)."""
     format_penalty: float = opt(-0.1, le=0.0)
     """Reward added for each turn whose reply yields no valid action."""
+    reward_terms: dict[str, float] = opt({})
+    """Shaping terms added to each turn's reward, name: weight (built-ins think_bonus,
+    think_tokens, or module:function); each is logged as reward/<name>."""
     demos: int = opt(0, ge=0)
     """Worked turns of other instances of the game shown before each dialogue (few-shot)."""
     reward_placement: Literal["last_token", "per_turn"] = "last_token"
@@ -326,7 +329,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad
-        return dict(value)
+        kind = get_args(tp)[1]
+        if kind is Any:
+            return dict(value)
+        return {k: _coerce(kind, v, f"{key}.{k}") for k, v in value.items()}
     if tp is float:
         return _as_float(value, bad)
     check = _scalar_check(tp)
@@ -482,11 +488,22 @@ def _check_references(c: Config) -> None:
             "pass a local folder or set model.allow_download=true"
         )
     _check_envs(c)
+    _check_reward_terms(c)
     if c.logging.wandb and importlib.util.find_spec("wandb") is None:
         raise ConfigError(
             "config: logging.wandb=true but wandb is not installed: "
             "`pip install wandb`, or set logging.wandb=false"
         )
+
+
+def _check_reward_terms(c: Config) -> None:
+    from ragen.rollout import rewards
+
+    for name in c.rollout.reward_terms:
+        try:
+            rewards.resolve(name)
+        except ValueError as err:
+            raise ConfigError(f"config: rollout.reward_terms.{name}: {err}") from None
 
 
 def _check_envs(c: Config) -> None:

@@ -46,6 +46,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     for reason in END_REASONS:
         share = _mean([float(t.end == reason) for t in trajectories])
         metrics[f"rollout/end_{reason.replace(':', '_')}"] = share
+    names = dict.fromkeys(name for turn in turns for name in turn.terms)
+    for name in names:  # each reward term's share of the episode return, per episode
+        total = sum(turn.terms.get(name, 0.0) for turn in turns)
+        metrics[f"reward/{name}"] = total / max(1, len(trajectories))
     return metrics
 
 

@@ -25,6 +25,7 @@ from ragen.agent.prompts import (
 )
 from ragen.rollout.dialogue import ChatFormat
 from ragen.rollout.generator import Generator, Request
+from ragen.rollout.rewards import resolve, shaping
 from ragen.rollout.trajectory import Trajectory, Turn
 
 # Evaluation seeds start here so they never coincide with training seeds (which count up
@@ -47,11 +48,13 @@ class RolloutSpec:
     think: bool = True
     format_penalty: float = -0.1
     demos: int = 0
+    reward_terms: tuple[tuple[str, float], ...] = ()  # (name, weight) of shaping terms
 
     @classmethod
     def from_config(cls, rollout, **changes) -> RolloutSpec:
         """Build from a ``config.RolloutConfig``; ``changes`` override fields (e.g. temperature)."""
         values = {f: getattr(rollout, f) for f in cls.__dataclass_fields__}
+        values["reward_terms"] = tuple(values["reward_terms"].items())
         return cls(**{**values, **changes})
 
 
@@ -134,7 +137,9 @@ def _per_turn(ep: _Episode, spec: RolloutSpec) -> int:
     return spec.max_actions_per_turn if ep.env.actions else 1
 
 
-def _take_turn(ep: _Episode, sample, fmt: ChatFormat, spec: RolloutSpec, turn: int) -> None:
+def _take_turn(
+    ep: _Episode, sample, fmt: ChatFormat, spec: RolloutSpec, terms: dict, turn: int
+) -> None:
     start = len(ep.traj.token_ids)
     ep.traj.append(sample.token_ids, sampled=True, logprobs=sample.logprobs)
     reply = fmt.reply_text(sample.token_ids)
@@ -149,23 +154,24 @@ def _take_turn(ep: _Episode, sample, fmt: ChatFormat, spec: RolloutSpec, turn: i
         actions = list(parsed.actions)
         rewards = _act(ep, actions)
     penalty = spec.format_penalty if not actions else 0.0
-    ep.traj.turns.append(
-        Turn(
-            observation=observation,
-            reply=reply,
-            think=parsed.think,
-            answer=parsed.answer,
-            actions=actions[: len(rewards)],
-            rewards=rewards,
-            reward=sum(rewards) + penalty,
-            format_ok=parsed.format_ok and sample.finish != "length",
-            problems=list(parsed.problems),
-            unknown_actions=parsed.unknown_actions,
-            think_tokens=len(fmt.tokenizer(parsed.think, add_special_tokens=False)["input_ids"]),
-            reply_start=start,
-            reply_end=start + len(sample.token_ids),
-        )
+    done = Turn(
+        observation=observation,
+        reply=reply,
+        think=parsed.think,
+        answer=parsed.answer,
+        actions=actions[: len(rewards)],
+        rewards=rewards,
+        reward=0.0,
+        format_ok=parsed.format_ok and sample.finish != "length",
+        problems=list(parsed.problems),
+        unknown_actions=parsed.unknown_actions,
+        think_tokens=len(fmt.tokenizer(parsed.think, add_special_tokens=False)["input_ids"]),
+        reply_start=start,
+        reply_end=start + len(sample.token_ids),
     )
+    done.terms = {"env": sum(rewards), "format": penalty, **shaping(done, terms)}
+    done.reward = sum(done.terms.values())
+    ep.traj.turns.append(done)
     if not ep.done and turn + 1 >= spec.max_turns:
         ep.finish("truncated:turns")
     if ep.done:
@@ -202,6 +208,7 @@ def rollout(
     each turn's generation (for progress display).
     """
     fmt = ChatFormat(tokenizer, SYSTEM_PROMPT, reply_prefix(spec.think))
+    terms = {name: (resolve(name), weight) for name, weight in spec.reward_terms}
     call = next(_CALLS)
     episodes = []
     for group, seed in enumerate(seeds):
@@ -230,7 +237,7 @@ def rollout(
                 seed=sample_seed * 7919 + turn,
             )
             for ep, sample in zip(live, samples, strict=True):
-                _take_turn(ep, sample, fmt, spec, turn)
+                _take_turn(ep, sample, fmt, spec, terms, turn)
             generator.release([ep.key for ep in live if ep.done])
     finally:
         generator.release([ep.key for ep in episodes])

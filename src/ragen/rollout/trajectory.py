@@ -40,6 +40,7 @@ class Turn:
     think_tokens: int
     reply_start: int
     reply_end: int
+    terms: dict[str, float] = field(default_factory=dict)  # reward by term; sums to reward
 
 
 @dataclass

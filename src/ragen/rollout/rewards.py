@@ -1,0 +1,73 @@
+"""Reward terms: a turn's reward is a sum of named terms, each logged on its own.
+
+Two terms are always there: ``env`` (the game's rewards for the actions the reply ran) and
+``format`` (``rollout.format_penalty`` when the reply ran no action). Shaping terms are plain
+functions of the finished turn, listed in the config with a weight::
+
+    rollout:
+      reward_terms: {think_bonus: 0.05}                 # a built-in, by name
+      reward_terms: {mypkg.shaping:short_think: -0.01}  # any importable function
+
+A term ``f(turn) -> float`` sees the `Turn` (reply, think, answer, actions, rewards,
+format_ok, think_tokens, ...) and adds ``weight * f(turn)`` to the turn's reward; the trainer
+logs its mean per episode as ``reward/<name>``. Terms act on what the reply did, never on the
+token ids, so a term cannot reach into the update.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping
+
+from ragen.rollout.trajectory import Turn
+
+TermFn = Callable[[Turn], float]
+ALWAYS = ("env", "format")
+
+
+def think_bonus(turn: Turn) -> float:
+    """1 when the reply reasoned (a non-empty think), else 0: rewards thinking at all."""
+    return 1.0 if turn.think.strip() else 0.0
+
+
+def think_tokens(turn: Turn) -> float:
+    """The think length in tokens: with a small negative weight, a cost on long thinking."""
+    return float(turn.think_tokens)
+
+
+BUILTIN: dict[str, TermFn] = {"think_bonus": think_bonus, "think_tokens": think_tokens}
+
+
+def resolve(name: str) -> TermFn:
+    """The function a config name stands for: a built-in, or ``package.module:function``.
+
+    Raises ValueError saying what is allowed when the name names nothing callable.
+    """
+    if name in BUILTIN:
+        return BUILTIN[name]
+    if name in ALWAYS:
+        raise ValueError(f"{name!r} is always part of the reward; it is not a shaping term")
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        allowed = ", ".join(BUILTIN)
+        raise ValueError(f"unknown reward term {name!r}: use one of {allowed}, or module:function")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"reward term {name!r} cannot be imported: {err}") from None
+    if not callable(fn):
+        raise ValueError(f"reward term {name!r} is not a function")
+    return fn
+
+
+def shaping(turn: Turn, terms: Mapping[str, tuple[TermFn, float]]) -> dict[str, float]:
+    """Each term's weighted value for ``turn``; a term returning a non-number or a
+    non-finite value is a ValueError naming it (a silent NaN would poison the update)."""
+    values = {}
+    for name, (fn, weight) in terms.items():
+        raw = fn(turn)
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+            raise ValueError(f"reward term {name!r} returned {raw!r}, not a finite number")
+        values[name] = weight * float(raw)
+    return values

@@ -1,0 +1,52 @@
+"""Reward terms: the env reward, the format penalty and configured shaping terms add up to
+each turn's reward, and each is logged on its own."""
+
+import pytest
+from tests.rollout.test_loop import ScriptedReplies
+
+from ragen import models
+from ragen.monitor.metrics import rollout_metrics
+from ragen.rollout import rewards
+from ragen.rollout.loop import RolloutSpec, rollout
+
+SPEC = dict(max_turns=2, max_actions_per_turn=1, max_actions_per_episode=2, max_reply_tokens=40)
+
+
+def double_answer_words(turn):
+    """A user-defined term, imported by module:function."""
+    return 2.0 * len(turn.answer.split())
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return models.load_tokenizer("smollm2-135m")
+
+
+def test_terms_add_up_to_the_reward_and_are_logged(tokenizer):
+    # turn 1 thinks and answers nothing valid; turn 2 does not think and pulls an arm
+    script = ["I pick.</think><answer>Neither</answer>", "</think><answer>Phoenix</answer>"]
+    terms = (("think_bonus", 0.05), ("tests.rollout.test_rewards:double_answer_words", -0.01))
+    spec = RolloutSpec(**SPEC, reward_terms=terms)
+    trajs = rollout(ScriptedReplies(tokenizer, script), tokenizer, "bandit", [3], 2, spec)
+    first, second = trajs[0].turns
+    name = terms[1][0]
+    assert first.terms == pytest.approx(
+        {"env": 0.0, "format": -0.1, "think_bonus": 0.05, name: -0.02}
+    )
+    assert second.terms == pytest.approx(
+        {"env": 0.15, "format": 0.0, "think_bonus": 0.0, name: -0.02}
+    )
+    assert first.reward == pytest.approx(-0.07) and second.reward == pytest.approx(0.13)
+    assert trajs[0].total_reward == pytest.approx(0.06)
+    logged = rollout_metrics(trajs)
+    assert logged["reward/env"] == pytest.approx(0.15)
+    assert logged["reward/format"] == pytest.approx(-0.1)
+    assert logged["reward/think_bonus"] == pytest.approx(0.05)
+    assert logged[f"reward/{name}"] == pytest.approx(-0.04)
+
+
+def test_a_term_returning_nan_is_refused_by_name():
+    with pytest.raises(ValueError, match="'bad' returned nan"):
+        rewards.shaping(None, {"bad": (lambda turn: float("nan"), 1.0)})
+    with pytest.raises(ValueError, match="module:function"):
+        rewards.resolve("no_such_term")
