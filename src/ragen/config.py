@@ -146,6 +146,9 @@ class AlgoConfig:
 class TrainerConfig:
     steps: int = opt(200, ge=1)
     """Training iterations (one rollout set each, or one per reuse_k updates)."""
+    max_minutes: float = opt(0.0, ge=0.0)
+    """Wall-clock budget: the step that passes it is the last (evaluated and checkpointed);
+    0 means no budget. A resumed run gets the budget afresh."""
     seed: int = opt(0, ge=0)
     """Seed of env levels, sampling and initialisation: same seed, same run."""
     device: str = "auto"

@@ -314,3 +314,15 @@ def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_pat
     lrs = [g["lr"] for g in trainer.m.optimizers["actor"].param_groups]
     assert lrs == [cfg.trainer.actor_lr * 0.5] * len(lrs)
     assert trainer.config.algo.filter_ratio == 0.25
+
+
+def test_wall_clock_budget_ends_the_run_after_one_step_with_a_checkpoint(tmp_path):
+    trainer, run = _train(
+        tmp_path, "run", "trainer.steps=5", "trainer.max_minutes=1e-9", "trainer.eval_every=3"
+    )
+    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0]
+    assert [p.name for p in checkpoint.complete_checkpoints(run)] == ["step_000001"]
+    evaluated = read_jsonl(run.evals).records  # the last step is evaluated, on every eval env
+    assert {r["step"] for r in evaluated} == {0} and len(evaluated) == len(
+        trainer.config.env.eval_names
+    )

@@ -113,9 +113,10 @@ class Trainer:
         self.spec = RolloutSpec.from_config(config.rollout)
         self.detector = CollapseDetector(config.monitor) if config.monitor.enabled else None
         self.rollbacks = 0
-        self.stopped_at: int | None = None  # the step after which monitor.action=stop stopped
+        self.stopped_at: int | None = None  # last step: monitor.action=stop or max_minutes
         self.eval_success: float | None = None  # mean eval success of the latest evaluation
         self.start_step = self._resume() if resume else 0
+        self.started = time.monotonic()
         self.rollouts: list[Trajectory] | None = None
         self.rollouts_step = -1
 
@@ -148,6 +149,15 @@ class Trainer:
                 bar.update(1)
                 if self.stopped_at is not None:
                     break
+
+    def is_last(self, step: int) -> bool:
+        """The run's final step: the configured count, a stop, or the wall-clock budget."""
+        t = self.config.trainer
+        out_of_time = t.max_minutes > 0 and time.monotonic() - self.started > 60 * t.max_minutes
+        if out_of_time and self.stopped_at is None:
+            tqdm.write(f"[step {step}] trainer.max_minutes={t.max_minutes:g} reached: last step")
+            self.stopped_at = step
+        return step + 1 == t.steps or self.stopped_at == step
 
     def step(self, step: int, log: MetricsLogger) -> dict[str, float]:
         """One StarPO iteration; returns the metrics it logged."""
@@ -270,8 +280,7 @@ class Trainer:
     def maybe_evaluate(self, step: int) -> dict[str, float]:
         """Every ``trainer.eval_every`` steps and after the last: fixed seeds, eval temperature."""
         t = self.config.trainer
-        last = step + 1 == t.steps
-        if t.eval_every == 0 or not ((step + 1) % t.eval_every == 0 or last):
+        if t.eval_every == 0 or not ((step + 1) % t.eval_every == 0 or self.is_last(step)):
             return {}
         metrics = {}
         for env in self.config.env.eval_names or [self.config.env.name]:
@@ -282,6 +291,10 @@ class Trainer:
             append_jsonl(self.run.evals, [{"step": step, **summary}])
             for key in ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean"):
                 metrics[f"eval/{env}/{key}"] = summary[key]
+            tqdm.write(
+                f"[step {step}] eval {env}: success {summary['success']:.1%}, format-ok "
+                f"{summary['format_ok']:.1%} ({request.n} seeds, T={request.temperature:g})"
+            )
         successes = [v for k, v in metrics.items() if k.endswith("/success")]
         self.eval_success = sum(successes) / len(successes)
         return metrics
@@ -351,8 +364,7 @@ class Trainer:
 
     def maybe_checkpoint(self, step: int) -> None:
         t = self.config.trainer
-        last = step + 1 == t.steps or self.stopped_at == step
-        if last or (t.save_every and (step + 1) % t.save_every == 0):
+        if self.is_last(step) or (t.save_every and (step + 1) % t.save_every == 0):
             state = {"rollbacks": self.rollbacks, "eval_success": self.eval_success}
             if self.detector is not None:
                 state["monitor"] = self.detector.state_dict()

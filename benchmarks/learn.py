@@ -1,0 +1,109 @@
+"""Does ragen learn here? A preset trained on this CPU, evaluated before and after.
+
+    python benchmarks/learn.py PRESET [--minutes 30] [--eval-n 256] [--out DIR] [overrides ...]
+
+The run is a normal ``ragen train`` run (its directory holds metrics.jsonl, evaluations,
+trajectories, checkpoints): the embedded model is evaluated on fixed seeds at T=0.5 before
+the first update and after the last, on every env of ``env.eval_names``, with ``--eval-n``
+seeds each. Training stops after the preset's steps or ``--minutes`` of wall time, whichever
+comes first. Prints base and final success per env; writes
+``benchmarks/results/learn_<preset>.json`` and the run's report (PNG curves, summary.md)
+into ``docs/learn-<preset>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from ragen import config
+from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.monitor.report import write_report
+from ragen.train.evaluator import EvalRequest, evaluate
+from ragen.train.trainer import Trainer
+
+RESULTS = Path(__file__).parent / "results"
+DOCS = Path(__file__).parent.parent / "docs"
+
+
+def evaluate_all(trainer: Trainer, n: int, temperature: float) -> dict[str, dict]:
+    """Success, format-ok and reward per eval env, on the fixed evaluation seeds."""
+    out = {}
+    for env in trainer.config.env.eval_names or [trainer.config.env.name]:
+        request = EvalRequest(env=env, n=n, temperature=temperature)
+        summary, _ = evaluate(
+            trainer.generator, trainer.m.tokenizer, trainer.config, request, progress=True
+        )
+        out[env] = {k: summary[k] for k in ("success", "format_ok", "reward_mean", "seconds")}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("preset", help="preset name, e.g. bandit")
+    parser.add_argument("overrides", nargs="*", help="dotted config overrides")
+    parser.add_argument("--minutes", type=float, default=30.0, help="training wall-time budget")
+    parser.add_argument("--eval-n", type=int, default=256, help="seeds per eval env")
+    parser.add_argument("--temperature", type=float, default=0.5, help="eval temperature")
+    parser.add_argument("--out", help="run directory (default: runs/learn-PRESET-TIME)")
+    args = parser.parse_args()
+
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    overrides = [*args.overrides, f"trainer.max_minutes={args.minutes}"]
+    cfg = config.load(args.preset, overrides)
+    run = RunDir(Path(args.out or f"runs/learn-{args.preset}-{stamp}"))
+    create_run_dir(run.root, cfg)
+    trainer = Trainer(cfg, run)
+
+    print(f"base model: {args.eval_n} seeds per env, T={args.temperature}")
+    base = evaluate_all(trainer, args.eval_n, args.temperature)
+    started = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - started
+    steps = len(read_jsonl(run.metrics).records)
+    print(f"trained {steps} steps in {train_s / 60:.1f} min; final evaluation")
+    final = evaluate_all(trainer, args.eval_n, args.temperature)
+
+    print(f"\n{'env':<18}{'base':>10}{'final':>10}   (success, {args.eval_n} seeds)")
+    for env in base:
+        print(f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}")
+
+    docs = DOCS / f"learn-{args.preset}"
+    shutil.rmtree(docs, ignore_errors=True)
+    write_report([run.root], docs)
+    result = {
+        "preset": args.preset,
+        "command": "python benchmarks/learn.py " + " ".join([args.preset, *args.overrides]),
+        "minutes_budget": args.minutes,
+        "train_minutes": round(train_s / 60, 2),
+        "steps": steps,
+        "eval_seeds": args.eval_n,
+        "eval_temperature": args.temperature,
+        "base": base,
+        "final": final,
+        "run_dir": str(run.root),
+        "report": str(docs),
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average": os.getloadavg(),
+        },
+        "date": stamp,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"learn_{args.preset}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path} and {docs}/")
+
+
+if __name__ == "__main__":
+    main()
