@@ -103,6 +103,23 @@ def test_hf_shared_prefill_counts(tiny):
     assert gen.stats.prefilled_tokens == len(prompt) + 4 * 3 + len(extended[0].context_ids)
 
 
+def test_hf_prefills_a_shared_opening_once_and_matches_naive(tiny):
+    model, tokenizer = tiny
+    opening = list(range(200, 224))  # what first turns share: system line, examples, rules
+    tails = [[7, 8, 9], [7, 8, 10, 11], [300 + i for i in range(6)]]
+    requests = [Request((g, c), opening + tail) for g, tail in enumerate(tails) for c in range(2)]
+    out = {}
+    for name in ("hf", "naive"):
+        gen = make_generator(name, model, tokenizer)
+        out[name] = gen.generate(requests, max_new_tokens=4, temperature=0.0, seed=1)
+    _assert_same([out["naive"]], [out["hf"]])
+    # the opening once, then each group's own tokens
+    hf = make_generator("hf", model, tokenizer)
+    hf.generate(requests, max_new_tokens=4, temperature=0.0, seed=1)
+    assert hf.stats.prefilled_tokens == len(opening) + sum(len(t) for t in tails)
+    assert hf.stats.reused_tokens == len(opening) * len(tails)
+
+
 def test_sampling_is_seeded_and_batch_independent(tiny):
     model, tokenizer = tiny
     names = ["hf", "naive"]

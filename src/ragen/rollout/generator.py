@@ -7,9 +7,10 @@ differ only in how they compute logits:
 - ``naive`` (the reference): every call re-prefills every context with ``model.generate``
   (left padding, attention mask). Nothing is kept between calls.
 - ``hf`` (the default): the N identical prompts of a group are prefilled once and their keys
-  and values copied to the N rows; each episode's KV cache is kept between calls, so a later
-  turn prefills only the tokens appended since (the env segment); finished rows leave the
-  decode batch at once.
+  and values copied to the N rows; the opening every new prompt of a call shares (system
+  line, worked examples, rules) is prefilled once for all of them; each episode's KV cache is
+  kept between calls, so a later turn prefills only the tokens appended since (the env
+  segment); finished rows leave the decode batch at once.
 
 Sampling is reproducible and independent of batching: row ``i`` of a call draws its noise
 from its own ``torch.Generator`` seeded from ``(seed, i)``, one draw per step (Gumbel-max),
@@ -36,6 +37,8 @@ FINISH_LENGTH = "length"
 _MAX_AUTO_BATCH = 64
 # Padded tokens per prefill forward: bounds the activation memory of one forward.
 _PREFILL_TOKEN_BUDGET = 16384
+# New prompts sharing fewer opening tokens than this are prefilled whole: too little to save.
+_MIN_SHARED_OPENING = 16
 # Share of free memory the decode batch's KV cache may take (the cache is copied each step).
 _MEMORY_SHARE = 0.25
 
@@ -443,7 +446,9 @@ class CachedGenerator:
         self.stats.calls += 1
         self._drop_stale()
         jobs = self._plan(requests)
-        self._prefill(list({id(j): j for j in jobs}.values()))
+        distinct = list({id(j): j for j in jobs}.values())
+        self._share_opening(distinct)
+        self._prefill(distinct)
         generators = row_generators(seed, len(requests))
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
         size = self.max_batch or auto_max_batch(self.model, longest)
@@ -480,6 +485,24 @@ class CachedGenerator:
                     job.reuse, job.source = reuse, entry.kv
             jobs.append(job)
         return jobs
+
+    def _share_opening(self, jobs: list[_Job]) -> None:
+        """Prefill once the opening that every job without a cached prefix shares (the
+        system line, worked examples and rules of a first turn); they continue from it."""
+        fresh = [j for j in jobs if j.reuse == 0]
+        if len(fresh) < 2:
+            return
+        first = fresh[0].context
+        # At least one token of each job stays its own, to get the logits of the next one.
+        common = min(len(j.context) for j in fresh) - 1
+        for job in fresh[1:]:
+            common = min(common, _common_prefix(first, job.context))
+        if common < _MIN_SHARED_OPENING:
+            return
+        opening = _Job(first[:common])
+        self._prefill_forward([opening])
+        for job in fresh:
+            job.reuse, job.source = common, opening.kv
 
     def _prefill(self, jobs: list[_Job]) -> None:
         """Run every job's new tokens, in forwards of at most ``_PREFILL_TOKEN_BUDGET``."""
