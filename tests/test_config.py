@@ -143,3 +143,19 @@ def test_extends_cycle_is_refused(tmp_path):
     (tmp_path / "b.yaml").write_text(f"extends: {tmp_path / 'a.yaml'}\n")
     with pytest.raises(ConfigError, match="cycle"):
         config.load(str(tmp_path / "a.yaml"))
+
+
+@pytest.mark.parametrize("env", ["bandit", "sokoban", "frozen-lake", "countdown"])
+def test_starpo_presets_differ_from_starpo_s_only_in_the_algorithm(env):
+    for suffix in ("", "-gpu"):
+        s, plain = config.load(env + suffix), config.load(f"{env}-starpo{suffix}")
+        assert (plain.rollout, plain.trainer, plain.env) == (s.rollout, s.trainer, s.env)
+        assert (s.algo.kl_coef, s.algo.clip_high) == (0.0, 0.28) and s.algo.filter_ratio < 1
+        a = plain.algo
+        assert (a.filter_ratio, a.kl_coef, a.kl_type, a.clip_low, a.clip_high) == (
+            1.0,
+            0.001,
+            "k1",
+            0.2,
+            0.2,
+        )
