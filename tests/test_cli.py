@@ -109,3 +109,20 @@ def test_eval_refuses_bad_input_before_loading(capsys):
     assert "unknown environment 'chess'" in capsys.readouterr().err
     assert main(["eval", "--env", "bandit", "rollout.max_turns=0"]) == 2
     assert "rollout.max_turns=0" in capsys.readouterr().err
+
+
+def test_monitor_report_and_view_run_from_the_command_line(tmp_path, capsys):
+    from tests.monitor.streams import collapsing
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(config.to_yaml(config.load("bandit")))
+    lines = [json.dumps(r) for r in collapsing(0)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["monitor", str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert "WARNING rollout/reward_std" in printed and "COLLAPSE rollout/reward_mean" in printed
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "summary.md").is_file()
+    assert main(["view", str(tmp_path / "nothing")]) == 2
+    assert "run directory" in capsys.readouterr().err
