@@ -97,7 +97,9 @@ def token_logprobs(
 
     Position t holds the quantity for token t given tokens < t. Only positions with
     ``loss_mask`` 1 are scored (all but position 0 when it is None); the rest hold 0.
+    ``temperature`` 0 (greedy replies) scores at 1, as the generator reports them.
     """
+    temperature = temperature if temperature > 0 else 1.0
     hidden = decoder_hidden(lm.get_decoder(), input_ids, attention_mask)  # (B, T, H)
     rows, cols = _next_token_positions(loss_mask, input_ids)
     logits = _head_logits(lm, hidden[rows, cols])  # (N, V)

@@ -6,37 +6,12 @@ from __future__ import annotations
 
 import torch
 
-from ragen.train.forward import state_values, token_logprobs
+# The scorers live in forward.py (shared prefix once, LM head on sampled positions only);
+# these are the names the loop and the update use.
+from ragen.train.forward import state_values as critic_values
+from ragen.train.forward import token_logprobs as policy_logprobs
 
-
-def policy_logprobs(
-    model,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    loss_mask: torch.Tensor | None = None,
-    *,
-    temperature: float = 1.0,
-    with_entropy: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob and entropy of each token under ``model``, both (B, T) float32.
-
-    With ``loss_mask`` (B, T) only the sampled tokens are scored (others hold 0); see
-    `forward.token_logprobs`, which also runs a shared prefix once.
-    """
-    return token_logprobs(
-        model,
-        input_ids,
-        attention_mask,
-        loss_mask,
-        # greedy replies (temperature 0) carry log-probs at temperature 1, as the generator's
-        temperature=temperature if temperature > 0 else 1.0,
-        with_entropy=with_entropy,
-    )
-
-
-def critic_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """V(state before token t) for every t, (B, T) float32."""
-    return state_values(critic, input_ids, attention_mask)
+__all__ = ["critic_values", "policy_logprobs", "score_batch"]
 
 
 @torch.no_grad()
