@@ -65,6 +65,8 @@ def main() -> None:
 
     print(f"base model: {args.eval_n} seeds per env, T={args.temperature}")
     base = evaluate_all(trainer, args.eval_n, args.temperature)
+    for env, numbers in base.items():
+        print(f"base {env}: success {numbers['success']:.2%}, format-ok {numbers['format_ok']:.2%}")
     started = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - started
