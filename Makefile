@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ragen-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test test-browser lint format bench-envs clean
+.PHONY: install demo test test-browser lint format bench-envs bench-trl clean
 
 install: $(STAMP)
 
@@ -61,6 +61,25 @@ $(BENCH_STAMP): pyproject.toml Makefile
 
 bench-envs: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/envs.py
+
+# TRL's GRPOTrainer, the peer in benchmarks/vs_trl.py, lives in its own venv, never in .venv.
+# torch first and pinned (the CPU wheel), then TRL at the versions the benchmark ran with. The
+# script runs its TRL side there as a subprocess, which imports only ragen's envs and parser:
+# ragen goes in with --no-deps, plus gymnasium for ragen.envs.
+TRL_VENV  := .venv-trl
+TRL_STAMP := $(TRL_VENV)/.ragen-installed
+TRL_PIP   := $(TRL_VENV)/bin/python -m pip --disable-pip-version-check -q
+
+$(TRL_STAMP): pyproject.toml Makefile
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_PIP) install torch==2.13.0
+	$(TRL_PIP) install trl==1.16.0 transformers==5.23.0 accelerate==1.15.0 datasets==5.2.0
+	$(TRL_PIP) install gymnasium==1.4.0
+	$(TRL_PIP) install --no-deps -e .
+	touch $@
+
+bench-trl: install $(TRL_STAMP)
+	$(BIN)/python benchmarks/vs_trl.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,440 @@
+"""One PPO update step (policy + critic) on the embedded model, as model-FLOPs utilisation.
+
+    python benchmarks/update.py [--preset bandit] [--set KEY=VALUE ...] [--repeats 1]
+        [--ref-micro-batch 2] [--threads 1] [--out benchmarks/results/update.json]
+
+The batch is real: the Trainer's own stages collect one rollout of the preset (Bandit: 8
+groups × 4 copies, two worked turns in the prompt, replies up to 64 tokens) with the embedded
+model, filter it and score it (old log-probs, values, GAE advantages). Then, taking turns so
+that load from others on a shared machine falls on both, the script times
+
+- ``ragen``: the real ``ppo_update`` (policy and critic forward + backward, grad clipping,
+  AdamW steps) with its training forward: the rows' shared prompt prefix runs once per
+  micro-batch and the LM head runs only where a sampled token is scored;
+- ``plain``: the same rows, the same losses (``ragen.algos``) and optimiser steps through a
+  plain ``transformers`` forward/backward: full (B, T, V) logits, ``log_softmax``, gather,
+  entropy over the vocabulary, the critic over every row in full.
+
+and, in the same run, the machine's matmul peak: the best fp32 GEMM over a square 2048 one
+and the model's own MLP shapes, and a bf16 GEMM (emulated on CPUs without AVX512-BF16/AMX,
+where it is far below fp32: MFU against it is reported, but means nothing there). GEMMs are
+timed by the process's CPU clock, so the peak is what one thread does while it runs.
+
+FLOPs are counted per token from the model's shapes (multiply-adds × 2; backward = 2 × forward):
+2·N_body per token through the decoder (N_body: the decoder layers' parameters, no
+embedding), 4·L·(heads·head_dim)·(t+1) for causal attention at position t, 2·H·V where the
+LM head runs. Two token counts are reported:
+- useful tokens: every real token of every row (what the batch means; padding excluded);
+- computed tokens: what ragen actually runs: the shared prefix once per micro-batch, then
+  each row's own tokens (padding excluded).
+"MFU" divides the FLOPs a path actually needs for the tokens it computes by its wall time and
+the fp32 peak ("cpu time": by its CPU seconds instead, which on a shared machine leaves out
+the time others held the core); "effective MFU" credits ragen with the useful tokens' FLOPs
+(no prefix sharing, head on sampled positions only), i.e. its speed expressed as if it had
+done that work. Timings are the best of ``--repeats`` (all are kept in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ragen import config, models
+from ragen.algos import aggregate, policy_loss, value_loss
+from ragen.monitor.logging import RunDir
+from ragen.train.forward import shared_prefix_length
+from ragen.train.trainer import Trainer
+from ragen.train.update import UpdateData
+
+GOAL_MFU_BF16 = 0.5  # issue 5: >= 50% of the bf16 matmul peak
+QUIET = ["logging.tensorboard=false", "logging.progress=false", "logging.save_trajectories=false"]
+
+
+# ---------------------------------------------------------------------------- the machine
+
+
+def cpu_flags() -> list[str]:
+    """The CPU features that decide matmul speed (AVX2, AVX-512, bf16, AMX)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+    )
+    return sorted(f for f in set(flags) if f.startswith(("avx", "amx", "fma")))
+
+
+def machine(dtype: torch.dtype) -> dict:
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "bf16_native": models.bf16_supported(),
+        "dtype": str(dtype).removeprefix("torch."),
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def gemm_gflops(dtype: torch.dtype, m: int, k: int, n: int, budget_s: float) -> float:
+    """Best GFLOP/s of an (m, k) @ (k, n) matmul over about ``budget_s`` seconds, timed by
+    the process's CPU clock (one thread: the time it ran, not the time others held the core)."""
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    a @ b  # warm-up: first-call allocations and kernel selection
+    best, spent = 0.0, 0.0
+    while spent < budget_s:
+        wall, cpu = time.perf_counter(), time.process_time()
+        a @ b
+        spent += time.perf_counter() - wall
+        best = max(best, 2 * m * k * n / max(time.process_time() - cpu, 1e-6) / 1e9)
+    return round(best, 2)
+
+
+def matmul_peak(shape: dict, tokens: int) -> dict:
+    """fp32 peak: the best of a square GEMM and the model's MLP GEMMs at ``tokens`` rows;
+    bf16: one small MLP-shaped GEMM (emulated bf16 is ~100× slower here, keep it short)."""
+    h, f = shape["hidden"], shape["intermediate"]
+    fp32 = {
+        "2048x2048x2048": gemm_gflops(torch.float32, 2048, 2048, 2048, 4.0),
+        f"{tokens}x{h}x{f}": gemm_gflops(torch.float32, tokens, h, f, 3.0),
+        f"{tokens}x{f}x{h}": gemm_gflops(torch.float32, tokens, f, h, 3.0),
+    }
+    bf16 = {f"128x{h}x{f}": gemm_gflops(torch.bfloat16, 128, h, f, 3.0)}
+    return {
+        "fp32_gflops": max(fp32.values()),
+        "bf16_gflops": max(bf16.values()),
+        "fp32_shapes": fp32,
+        "bf16_shapes": bf16,
+    }
+
+
+# ---------------------------------------------------------------------------- FLOP counting
+
+
+def model_shape(lm) -> dict:
+    c = lm.config
+    layers = lm.get_decoder().layers
+    heads = c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    return {
+        "layers": c.num_hidden_layers,
+        "hidden": c.hidden_size,
+        "intermediate": c.intermediate_size,
+        "vocab": c.vocab_size,
+        "attn_width": heads * head_dim,
+        "n_body": sum(p.numel() for p in layers.parameters()),
+        "n_total": sum(p.numel() for p in lm.parameters()),
+    }
+
+
+def _positions_sum(start: int, stop: int) -> int:
+    """Σ (t + 1) for t in [start, stop): the keys each query position attends to."""
+    return (stop * (stop + 1) - start * (start + 1)) // 2
+
+
+def chunk_counts(ids: torch.Tensor, mask: torch.Tensor, loss_mask: torch.Tensor) -> dict:
+    """Token counts of one micro-batch (B, T), right padded, as ragen's forward runs it."""
+    lengths = [int(n) for n in mask.sum(dim=1)]
+    prefix = shared_prefix_length(ids, mask)
+    rows = len(lengths)
+    return {
+        "rows": rows,
+        "useful_tokens": sum(lengths),
+        "computed_tokens": prefix + sum(n - prefix for n in lengths),
+        "padding_tokens": rows * ids.shape[1] - sum(lengths),
+        "shared_prefix": prefix,
+        "head_positions": int((loss_mask[:, 1:] > 0).sum()),
+        "attn_useful": sum(_positions_sum(0, n) for n in lengths),
+        "attn_computed": _positions_sum(0, prefix)
+        + sum(_positions_sum(prefix, n) for n in lengths),
+    }
+
+
+def add_counts(parts: list[dict]) -> dict:
+    total = {k: sum(p[k] for p in parts) for k in parts[0] if k != "shared_prefix"}
+    total["micro_batches"] = len(parts)
+    total["shared_prefix"] = [p["shared_prefix"] for p in parts]
+    return total
+
+
+def update_chunks(data: UpdateData, ppo_epochs: int, mini: int, micro: int, seed: int):
+    """The micro-batches ``ppo_update`` runs, in its order (same permutation seed)."""
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(ppo_epochs):
+        order = torch.randperm(len(data.input_ids), generator=generator)
+        for rows in order.split(mini):
+            mini_data = data.rows(rows)
+            for part in torch.arange(len(rows)).split(micro):
+                yield mini_data.rows(part)
+
+
+def flops(shape: dict, tokens: int, attn: int, head_positions: int, models_: int = 2) -> float:
+    """Forward FLOPs: ``models_`` decoders (policy, critic) over ``tokens`` tokens with
+    ``attn`` attended positions, plus the LM head at ``head_positions``."""
+    body = 2 * shape["n_body"] * tokens + 4 * shape["layers"] * shape["attn_width"] * attn
+    return models_ * body + 2 * shape["hidden"] * shape["vocab"] * head_positions
+
+
+# ---------------------------------------------------------------------------- the two paths
+
+
+def _plain_micro(policy, critic, part: UpdateData, a, temperature: float, norm: float):
+    """Loss of one micro-batch through plain transformers calls: full logits, no sharing."""
+    mask = part.loss_mask
+    logits = policy(input_ids=part.input_ids, attention_mask=part.attention_mask).logits
+    logp_all = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
+    logp = logp_all.gather(-1, part.input_ids[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    logp, entropy = F.pad(logp, (1, 0)), F.pad(entropy, (1, 0))  # (B, T): token t given < t
+    pg_tok, _ = policy_loss(
+        logp, part.old_logprobs, part.advantages, mask, a.clip_low, a.clip_high, a.dual_clip
+    )
+    actor = aggregate(pg_tok, mask, a.loss_agg, norm) - a.entropy_coef * aggregate(
+        entropy, mask, a.loss_agg, norm
+    )
+    values = F.pad(critic(part.input_ids, part.attention_mask)[:, :-1].float(), (1, 0))
+    v_tok, _ = value_loss(values, part.old_values, part.returns, mask, a.value_clip)
+    return actor + aggregate(v_tok, mask, a.loss_agg, norm)
+
+
+def plain_update(trainer: Trainer, data: UpdateData, micro: int) -> None:
+    """One pass over the rows in the update's mini-batches, micro-batches of ``micro`` rows,
+    gradient clipping and AdamW steps as in ``ppo_update``."""
+    c, m = trainer.config, trainer.m
+    policy, critic = m.policy.train(), m.critic
+    for rows in torch.arange(len(data.input_ids)).split(c.trainer.mini_batch_size):
+        mini_data = data.rows(rows)
+        norm = float(mini_data.loss_mask.sum())
+        for opt in m.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        for part in torch.arange(len(rows)).split(micro):
+            temperature = c.rollout.temperature or 1.0
+            _plain_micro(policy, critic, mini_data.rows(part), c.algo, temperature, norm).backward()
+        for model in (policy, critic):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c.trainer.grad_clip)
+        for opt in m.optimizers.values():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    policy.eval()
+
+
+def timed(fn):
+    """``fn()``'s result and its wall and CPU seconds (CPU time is less hurt by other load)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    took = {
+        "wall_s": round(time.perf_counter() - wall, 2),
+        "cpu_s": round(time.process_time() - cpu, 2),
+    }
+    return result, took
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def row(timing: dict, useful: int, computed: int, model_flops: float, peak: dict) -> dict:
+    """Speed of one path: tokens/s, model GFLOP/s and MFU against both peaks, by the wall
+    clock and by the process's CPU clock (what it got of its core on a shared machine)."""
+    seconds, cpu = timing["wall_s"], timing["cpu_s"]
+    rate, cpu_rate = model_flops / seconds / 1e9, model_flops / cpu / 1e9
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "useful_tokens_per_s": round(useful / seconds, 1),
+        "computed_tokens_per_s": round(computed / seconds, 1),
+        "model_gflop": round(model_flops / 1e9, 1),
+        "gflop_per_s": round(rate, 2),
+        "mfu_fp32": round(rate / peak["fp32_gflops"], 3),
+        "mfu_bf16": round(rate / peak["bf16_gflops"], 3),
+        "mfu_fp32_cpu_time": round(cpu_rate / peak["fp32_gflops"], 3),
+    }
+
+
+def summarise(runs: dict, counts: dict, shape: dict, peak: dict) -> dict:
+    """The table's rows: best time of each path, with the FLOPs each needs for its tokens."""
+    upd, score = counts["update"], counts["score"]
+    best = {name: min(timings, key=lambda t: t["wall_s"]) for name, timings in runs.items()}
+    heads = upd["head_positions"]
+    # forward + backward = 3 forwards; policy and critic decoders, the policy's LM head
+    ragen = 3 * flops(shape, upd["computed_tokens"], upd["attn_computed"], heads)
+    useful = 3 * flops(shape, upd["useful_tokens"], upd["attn_useful"], heads)
+    plain = 3 * flops(shape, upd["useful_tokens"], upd["attn_useful"], upd["useful_tokens"])
+    scoring = flops(
+        shape, score["computed_tokens"], score["attn_computed"], score["head_positions"]
+    )
+    rows = {
+        "ragen_update": row(
+            best["ragen"], upd["useful_tokens"], upd["computed_tokens"], ragen, peak
+        ),
+        "plain_update": row(best["plain"], upd["useful_tokens"], upd["useful_tokens"], plain, peak),
+        "ragen_score": row(
+            best["score"], score["useful_tokens"], score["computed_tokens"], scoring, peak
+        ),
+    }
+    rows["ragen_update"]["effective_mfu_fp32"] = round(
+        useful / best["ragen"]["wall_s"] / 1e9 / peak["fp32_gflops"], 3
+    )
+    return rows
+
+
+def print_table(rows: dict, speedup: float, peak: dict) -> None:
+    print(
+        f"\n{'path':<14} {'seconds':>8} {'useful tok/s':>13} {'computed tok/s':>15} "
+        f"{'GFLOP':>8} {'GFLOP/s':>8} {'MFU fp32':>9} {'(cpu time)':>10}"
+    )
+    for name, r in rows.items():
+        print(
+            f"{name:<14} {r['seconds']:>8.1f} {r['useful_tokens_per_s']:>13.1f} "
+            f"{r['computed_tokens_per_s']:>15.1f} {r['model_gflop']:>8.1f} "
+            f"{r['gflop_per_s']:>8.2f} {r['mfu_fp32']:>9.1%} {r['mfu_fp32_cpu_time']:>10.1%}"
+        )
+    print(
+        f"matmul peak: fp32 {peak['fp32_gflops']:.1f} GFLOP/s, bf16 {peak['bf16_gflops']:.2f} "
+        f"GFLOP/s; ragen update effective MFU (useful tokens) "
+        f"{rows['ragen_update']['effective_mfu_fp32']:.1%} of fp32; "
+        f"speedup over plain transformers {speedup:.2f}x"
+    )
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def collect_batch(trainer: Trainer) -> tuple[list, dict]:
+    """One real rollout through the Trainer's stages: collect, filter."""
+    started = time.perf_counter()
+    trajectories = trainer.collect(0)
+    kept, _ = trainer.filter(trajectories)
+    info = {
+        "episodes": len(trajectories),
+        "kept_episodes": len(kept),
+        "rollout_s": round(time.perf_counter() - started, 2),
+        "reply_tokens_mean": round(sum(sum(t.loss_mask) for t in kept) / len(kept), 1),
+        "tokens_per_row_mean": round(sum(len(t.token_ids) for t in kept) / len(kept), 1),
+    }
+    return kept, info
+
+
+def count_work(trainer: Trainer, data: UpdateData) -> dict:
+    t = trainer.config.trainer
+    chunks = update_chunks(data, t.ppo_epochs, t.mini_batch_size, t.micro_batch_size, t.seed)
+    update = add_counts([chunk_counts(p.input_ids, p.attention_mask, p.loss_mask) for p in chunks])
+    score = add_counts(
+        [
+            chunk_counts(data.input_ids[r], data.attention_mask[r], data.loss_mask[r])
+            for r in torch.arange(len(data.input_ids)).split(t.micro_batch_size)
+        ]
+    )
+    return {"update": update, "score": score}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="bandit")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="timings per path (best kept)")
+    parser.add_argument(
+        "--ref-micro-batch",
+        type=int,
+        default=2,
+        help="rows per plain forward: its full (rows, T, V) logits and their softmax take "
+        "~0.2 GB per row here, so a plain loop micro-batches on a shared 24 GB machine",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for every measurement (1 on a shared 2-core machine)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/update.json"))
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = config.load(args.preset, [*QUIET, "monitor.enabled=false", *args.set])
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(cfg, RunDir(Path(tmp) / "run"))
+        desc = machine(next(trainer.m.policy.parameters()).dtype)
+        kept, batch = collect_batch(trainer)
+        print(f"rollout: {batch}", flush=True)
+        data, took = timed(lambda: trainer.prepare(kept))
+        runs: dict[str, list] = {"ragen": [], "plain": [], "score": [took]}
+        for repeat in range(args.repeats):
+            runs["ragen"].append(timed(lambda: trainer.update(data, 0))[1])
+            runs["plain"].append(
+                timed(lambda: plain_update(trainer, data, args.ref_micro_batch))[1]
+            )
+            print(
+                f"repeat {repeat + 1}: ragen {runs['ragen'][-1]}, plain {runs['plain'][-1]}",
+                flush=True,
+            )
+        shape = model_shape(trainer.m.policy)
+        counts = count_work(trainer, data)
+    tokens = min(1024, counts["update"]["computed_tokens"])
+    peak = matmul_peak(shape, tokens)
+    desc["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    rows = summarise(runs, counts, shape, peak)
+    speedup = rows["plain_update"]["seconds"] / rows["ragen_update"]["seconds"]
+    print_table(rows, speedup, peak)
+    report = {
+        "command": "python benchmarks/update.py "
+        + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "set")
+        )
+        + "".join(f" --set {s}" for s in args.set),
+        "machine": desc,
+        "workload": {
+            "preset": args.preset,
+            "overrides": args.set,
+            "estimator": cfg.algo.estimator,
+            "update_dtype": str(models.resolve_dtype(cfg.trainer.update_dtype)).removeprefix(
+                "torch."
+            ),
+            "mini_batch_size": cfg.trainer.mini_batch_size,
+            "micro_batch_size": cfg.trainer.micro_batch_size,
+            "ref_micro_batch": args.ref_micro_batch,
+            **batch,
+        },
+        "model": shape,
+        "counts": counts,
+        "flop_counting": FLOP_COUNTING,
+        "matmul_peak": peak,
+        "timings": runs,
+        "paths": rows,
+        "speedup_vs_plain": round(speedup, 2),
+        "goal_mfu_bf16": GOAL_MFU_BF16,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written to {args.out}")
+
+
+FLOP_COUNTING = (
+    "forward FLOPs per token = 2*n_body (decoder layers, no embedding) + "
+    "4*layers*attn_width*(t+1) (causal attention at position t) per decoder, plus 2*hidden*vocab "
+    "where the LM head runs; forward+backward = 3x forward; the critic's scalar head is left out. "
+    "ragen_update: policy + critic over the computed tokens (the shared prefix counted once per "
+    "micro-batch, padding excluded), LM head on sampled positions only. plain_update: both "
+    "decoders over every real token and the LM head on every real position. ragen_score: the "
+    "no-grad scoring before the update (policy with head on sampled positions, critic), 1x "
+    "forward. effective_mfu_fp32 credits ragen_update with the useful tokens' FLOPs (no prefix "
+    "sharing, head on sampled positions). Padding tokens are computed by both paths but never "
+    "counted as model FLOPs."
+)
+
+
+if __name__ == "__main__":
+    main()
