@@ -176,13 +176,14 @@ class Trainer:
         metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
             metrics["time/update_s"], 1e-9
         )
+        last = self.is_last(step)  # decided once: the budget may pass during the evaluation
         metrics.update(self.maybe_measure_templates(step, trajectories))
-        metrics.update(self.maybe_evaluate(step))
+        metrics.update(self.maybe_evaluate(step, last))
         log.log(step, metrics)
         if self.config.logging.save_trajectories:
             log.log_episodes(step, [t.to_record() for t in trajectories])
         self.watch(step, metrics)
-        self.maybe_checkpoint(step)
+        self.maybe_checkpoint(step, last)
         return metrics
 
     # ------------------------------------------------------------------------ the stages
@@ -277,10 +278,10 @@ class Trainer:
             self.m.policy, self.m.critic, self.m.optimizers, data, settings, seed=t.seed + step
         )
 
-    def maybe_evaluate(self, step: int) -> dict[str, float]:
+    def maybe_evaluate(self, step: int, last: bool = False) -> dict[str, float]:
         """Every ``trainer.eval_every`` steps and after the last: fixed seeds, eval temperature."""
         t = self.config.trainer
-        if t.eval_every == 0 or not ((step + 1) % t.eval_every == 0 or self.is_last(step)):
+        if t.eval_every == 0 or not ((step + 1) % t.eval_every == 0 or last):
             return {}
         metrics = {}
         for env in self.config.env.eval_names or [self.config.env.name]:
@@ -337,7 +338,12 @@ class Trainer:
             return
         target = checkpoint.best_checkpoint(self.run)
         if mon.action == "stop" or self.rollbacks >= mon.max_rollbacks or target is None:
-            why = "monitor.action=stop" if mon.action == "stop" else "no rollback left"
+            if mon.action == "stop":
+                why = "monitor.action=stop"
+            elif target is None:
+                why = "no evaluated checkpoint to roll back to"
+            else:
+                why = f"monitor.max_rollbacks={mon.max_rollbacks} used"
             tqdm.write(f"[step {step}] stopping the run ({why}); last checkpoint: step_{step + 1}")
             self.stopped_at = step
             return
@@ -362,9 +368,12 @@ class Trainer:
         if rollbacks and mon.rollback_filter_ratio is not None:
             self.config.algo.filter_ratio = mon.rollback_filter_ratio
 
-    def maybe_checkpoint(self, step: int) -> None:
+    def maybe_checkpoint(self, step: int, last: bool = False) -> None:
+        """Save every ``trainer.save_every`` steps, on the last step, and when a monitor
+        action stopped the run at this step."""
         t = self.config.trainer
-        if self.is_last(step) or (t.save_every and (step + 1) % t.save_every == 0):
+        last = last or self.stopped_at == step
+        if last or (t.save_every and (step + 1) % t.save_every == 0):
             state = {"rollbacks": self.rollbacks, "eval_success": self.eval_success}
             if self.detector is not None:
                 state["monitor"] = self.detector.state_dict()
