@@ -52,7 +52,7 @@ class Models:
     policy: torch.nn.Module
     tokenizer: object
     critic: torch.nn.Module | None
-    ref: object  # callable (ids, mask) -> (B, T) log-probs, or None when KL is off
+    ref: object  # callable (ids, mask, loss_mask) -> (B, T) log-probs; None when KL is off
     optimizers: dict[str, torch.optim.Optimizer]
 
 
