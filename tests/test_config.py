@@ -99,7 +99,7 @@ BAD = [
     (["model.spec=gpt-5"], "model.spec", "smollm2-135m"),
     (["model.spec=Qwen/Qwen2.5-0.5B-Instruct"], "model.spec", "allow_download=true"),
     (["rollout.demos=3"], "rollout.demos", "at most 2"),
-    (["env.name=sokoban", "env.eval_names=[sokoban]"], "rollout.demos", "at most 0"),
+    (["env.name=countdown", "env.eval_names=[countdown]"], "rollout.demos", "at most 0"),
     (["trainer"], "trainer", "section.key=value"),
     (["rollout=3"], "rollout", "mapping"),
 ]

@@ -10,6 +10,7 @@ from ragen.envs.frozen_lake import (
     draw,
     generate_map,
     is_valid,
+    shortest_path,
     transition_table,
 )
 
@@ -138,3 +139,70 @@ def test_a_lake_with_almost_no_ice_raises_after_bounded_tries():
 def test_load_rejects_bad_maps():
     with pytest.raises(ValueError, match="one S, top-left"):
         FrozenLakeEnv().load(("FS", "FG"), seed=0)
+
+
+def shortest_length(rows) -> int | None:
+    """Steps to the goal over non-hole tiles: BFS over the non-slippery transition table
+    (checked against gymnasium's above), apart from `shortest_path`'s own search."""
+    table = transition_table(tuple(rows), slippery=False)
+    goal = "".join(rows).index("G")
+    steps, frontier = {0: 0}, [0]
+    while frontier:
+        following = []
+        for state in frontier:
+            for ((_, landing, _, _),) in table[state]:
+                if landing not in steps and "".join(rows)[landing] != "H":
+                    steps[landing] = steps[state] + 1
+                    following.append(landing)
+        frontier = following
+    return steps.get(goal)
+
+
+def walk(rows, path) -> list:
+    env = FrozenLakeEnv(size=len(rows), slippery=False)
+    env.load(rows, seed=0)
+    return [env.step(action) for action in path]
+
+
+def test_shortest_path_on_a_hand_checked_lake():
+    # Holes at (1,0), (1,1), (2,1), (2,2), (3,0): right twice, down, around (2,2), down twice.
+    assert shortest_path(SEED_0_MAP) == ["Right", "Right", "Down", "Right", "Down", "Down"]
+    assert shortest_path(("SH", "HG")) is None
+
+
+@pytest.mark.parametrize("size", [4, 8])
+def test_shortest_path_walks_to_the_goal_over_no_hole_in_the_fewest_steps(size):
+    for seed in range(50):
+        rows = generate_map(seed, size)
+        path = shortest_path(rows)
+        results = walk(rows, path)
+        assert len(path) == shortest_length(rows)
+        assert results[-1].info["success"] and not any(r.terminated for r in results[:-1])
+
+
+def test_demonstrations_are_worked_first_turns_of_two_unplayed_lakes():
+    env = envs.make("frozen-lake")
+    demos = env.demonstrations()
+    assert [d.observation for d in demos] == ["PO__\n____\n_O__\n___G", "P___\nO___\nO___\n_O_G"]
+    assert [d.thought for d in demos] == [
+        "The goal G is 3 below and 3 right of me. A hole O is 1 right of me, so I go Down.",
+        "The goal G is 3 below and 3 right of me. A hole O is 1 below me, so I go Right.",
+    ]
+    assert [d.answer for d in demos] == [
+        ("Down", "Down", "Down", "Right", "Right", "Right"),
+        ("Right", "Down", "Down", "Right", "Down", "Right"),
+    ]
+    assert all(d.instructions == env.instructions() for d in demos)
+
+
+@pytest.mark.parametrize("name", ["frozen-lake", "frozen-lake-8x8"])
+def test_each_demonstration_follows_a_shortest_hole_free_path_of_its_lake(name):
+    demos = envs.make(name).demonstrations()
+    assert len(demos) == 2
+    assert demos[0].answer[0] != demos[1].answer[0]  # no fixed first action to copy
+    for seed, demo in zip((2_000_000_001, 2_000_000_016), demos, strict=True):
+        played = envs.make(name)
+        assert played.reset(seed) == demo.observation
+        results = walk(played.rows, demo.answer)
+        assert len(demo.answer) == shortest_length(played.rows)
+        assert results[-1].info["success"] and not any(r.terminated for r in results[:-1])

@@ -169,3 +169,47 @@ def test_room_text_errors():
         Room.from_text("#####\n#P?O#\n#####")
     with pytest.raises(ValueError, match="one player"):
         Room.from_text("#####\n#_XO#\n#####")
+
+
+# The rooms of the two worked turns (seeds 2e9 and 2e9 + 1, never played), hand-checked:
+# the player is left of the box and walks around it to push it down onto the target; the
+# player is right of the box and pushes it two cells left onto the target.
+DEMO_ROOMS = ("######\n######\n#__###\n#PX_##\n#_O__#\n######", "######\n" * 4 + "#O_XP#\n######")
+
+
+def test_demonstrations_are_worked_first_turns_of_two_unplayed_rooms():
+    env = envs.make("sokoban")
+    demos = env.demonstrations()
+    assert [d.observation for d in demos] == list(DEMO_ROOMS)
+    assert [d.thought for d in demos] == [
+        "The box X is 1 right of me. The target O is 1 below it. I push the box Down.",
+        "The box X is 1 left of me. The target O is 2 left of it. I push the box Left.",
+    ]
+    assert [d.answer for d in demos] == [("Up", "Right", "Down"), ("Left", "Left")]
+    assert all(d.instructions == env.instructions() for d in demos)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "sokoban-newvocab", "sokoban-large"])
+def test_each_demonstration_replays_its_rooms_shortest_solution_to_success(name):
+    env = envs.make(name)
+    demos = env.demonstrations()
+    assert len(demos) == 2
+    assert demos[0].answer[0] != demos[1].answer[0]  # no fixed first action to copy
+    for seed, demo in zip((2_000_000_000, 2_000_000_001), demos, strict=True):
+        played = envs.make(name)
+        assert played.reset(seed) == demo.observation
+        assert played.instructions() == demo.instructions
+        solution = solve(played.room)
+        assert list(demo.answer) == solution
+        results = replay(played, solution)
+        assert results[-1].terminated and results[-1].info["success"]
+        assert not any(r.terminated for r in results[:-1])
+
+
+def test_the_large_rooms_thought_names_the_box_pushed_first_and_its_nearest_target():
+    demo = envs.make("sokoban-large").demonstrations()[0]
+    # The player (row 3, col 3) has a box to its right and one below; the solution pushes
+    # the one below first, Down, toward the target two rows under it.
+    assert demo.observation.splitlines()[3:7] == ["###PX_O#", "##_X___#", "##__##_#", "##_O___#"]
+    assert demo.answer[:2] == ("Down", "Down")
+    assert demo.thought == "A box X is 1 below me. A target O is 2 below it. I push the box Down."

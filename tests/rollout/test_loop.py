@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from ragen import envs, models
+from ragen.agent.parsing import parse_reply
 from ragen.envs.sokoban import solve
 from ragen.rollout.generator import Sample, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
@@ -138,7 +139,40 @@ def test_demonstrations_open_the_dialogue_and_are_never_trained(tokenizer):
         assert sampled == script[0] + tokenizer.eos_token  # only the real reply is trained
         assert traj.turns[0].actions == ["Dragon"] and traj.end == "terminated"
     with pytest.raises(ValueError, match="offers 0"):
-        rollout(ScriptedReplies(tokenizer, script), tokenizer, "sokoban", [4], 1, spec)
+        rollout(ScriptedReplies(tokenizer, script), tokenizer, "countdown", [4], 1, spec)
+
+
+@pytest.mark.parametrize("name", ["sokoban", "frozen-lake"])
+@pytest.mark.parametrize("per_turn", [1, 2, 5])
+def test_worked_replies_parse_back_to_their_first_actions_within_the_turn_limit(
+    tokenizer, name, per_turn
+):
+    spec = RolloutSpec(max_turns=1, max_actions_per_turn=per_turn, demos=2, max_reply_tokens=96)
+    script = ["ok</think><answer>Up</answer>"]
+    [traj] = rollout(ScriptedReplies(tokenizer, script), tokenizer, name, [0], 1, spec)
+    env = envs.make(name)
+    # The assistant turns of the rendered dialogue: the two worked replies, then the real one.
+    text = tokenizer.decode(traj.token_ids)
+    replies = [part.split("<|im_end|>")[0] for part in text.split("<|im_start|>assistant\n")[1:]]
+    assert len(replies) == 3 and replies[2] == "<think>" + script[0]
+    for demo, reply in zip(envs.demonstrations(env), replies[:2], strict=True):
+        parsed = parse_reply(reply, env.actions, per_turn)
+        assert parsed.format_ok and parsed.problems == ()
+        assert parsed.think == demo.thought
+        assert parsed.actions == demo.answer[:per_turn]
+    worked = [parse_reply(r, env.actions, per_turn).actions for r in replies[:2]]
+    expected = {
+        ("sokoban", 1): [("Up",), ("Left",)],
+        ("sokoban", 2): [("Up", "Right"), ("Left", "Left")],
+        ("sokoban", 5): [("Up", "Right", "Down"), ("Left", "Left")],
+        ("frozen-lake", 1): [("Down",), ("Right",)],
+        ("frozen-lake", 2): [("Down", "Down"), ("Right", "Down")],
+        ("frozen-lake", 5): [
+            ("Down",) * 3 + ("Right",) * 2,
+            ("Right", "Down", "Down", "Right", "Down"),
+        ],
+    }
+    assert worked == expected[(name, per_turn)]
 
 
 @pytest.mark.parametrize("backend", ["hf", "naive"])

@@ -87,6 +87,8 @@ class Demonstration:
     observation: the first state of this instance.
     thought: the think text of the worked reply.
     answer: the action words of the worked reply (one free-text answer for a free-text game).
+        It may hold more words than one turn allows: the rollout shows the first
+        `max_actions_per_turn` of them, so one demonstration fits every preset.
     """
 
     instructions: str
@@ -176,6 +178,18 @@ def action_lookup(actions: Iterable[str]) -> dict[str, str]:
 def match_action(lookup: dict[str, str], text: str) -> str | None:
     """The canonical action for `text` (case and surrounding spaces ignored), else None."""
     return lookup.get(text.strip().casefold())
+
+
+def relative_position(d_row: int, d_col: int, anchor: str) -> str:
+    """Where a cell lies from `anchor`, in words: (1, -2, "me") is "1 below and 2 left of me".
+
+    d_row, d_col: the cell's row and column minus the anchor's (rows count down), not both 0.
+    """
+    vertical = f"{abs(d_row)} {'below' if d_row > 0 else 'above'}" if d_row else ""
+    horizontal = f"{abs(d_col)} {'right' if d_col > 0 else 'left'} of" if d_col else ""
+    if vertical and horizontal:
+        return f"{vertical} and {horizontal} {anchor}"
+    return f"{vertical or horizontal} {anchor}"
 
 
 def info(success: bool, valid: bool, effective: bool, **extra: Any) -> dict[str, Any]:

@@ -21,12 +21,14 @@ from functools import lru_cache
 import numpy as np
 
 from ragen.envs.base import (
+    Demonstration,
     EpisodeBudget,
     GenerationError,
     StepResult,
     check_int,
     check_probability,
     info,
+    relative_position,
 )
 
 ACTIONS = ("Left", "Down", "Right", "Up")  # gymnasium's action indices 0, 1, 2, 3
@@ -41,25 +43,45 @@ _TILE = {"S": "_", "F": "_", "H": "O", "G": "G"}  # what the agent sees under no
 _PLAYER = {"S": "P", "F": "P", "H": "X", "G": "√"}  # the player standing on each tile
 # Salt that gives the slipping a random stream of its own, apart from the map's.
 _SLIP_STREAM = 1
+# Lakes of the worked turns shown to a small model (rollout.demos). Seeds from 2e9 up are
+# never played: training seeds are below 1e9 and evaluation seeds are 1e9 + i. On the 4×4
+# lakes of these two a hole sits right of the start (so the path starts Down) and below
+# it (so it starts Right); on the 8×8 lakes the paths also start Down and Right, so the
+# examples point to no fixed first action.
+_DEMO_SEEDS = (2_000_000_001, 2_000_000_016)
 
 Transition = tuple[float, int, int, bool]
 
 
-def is_valid(rows: tuple[str, ...] | list[str]) -> bool:
-    """True if the goal can be reached from the start over non-hole tiles."""
+def shortest_path(rows: tuple[str, ...] | list[str]) -> list[str] | None:
+    """A shortest action list from the start (top-left) to the goal that steps on no hole.
+
+    Breadth-first over the tiles, as on a lake that does not slip; moves are tried in
+    ACTIONS order, so of several shortest paths the one with earlier actions wins.
+    None when the holes cut the goal off.
+    """
     size = len(rows)
-    seen = {(0, 0)}
-    queue = deque(seen)
+    parents: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {(0, 0): None}
+    queue = deque(parents)
     while queue:
         row, col = queue.popleft()
         if rows[row][col] == "G":
-            return True
-        for d_row, d_col in _MOVES:
+            path, cell = [], (row, col)
+            while parents[cell] is not None:
+                cell, action = parents[cell]
+                path.append(action)
+            return path[::-1]
+        for action, (d_row, d_col) in zip(ACTIONS, _MOVES, strict=True):
             r, c = row + d_row, col + d_col
-            if 0 <= r < size and 0 <= c < size and (r, c) not in seen and rows[r][c] != "H":
-                seen.add((r, c))
+            if 0 <= r < size and 0 <= c < size and (r, c) not in parents and rows[r][c] != "H":
+                parents[(r, c)] = ((row, col), action)
                 queue.append((r, c))
-    return False
+    return None
+
+
+def is_valid(rows: tuple[str, ...] | list[str]) -> bool:
+    """True if the goal can be reached from the start over non-hole tiles."""
+    return shortest_path(rows) is not None
 
 
 def generate_map(
@@ -186,6 +208,21 @@ class FrozenLakeEnv:
     def reset(self, seed: int) -> str:
         return self.load(generate_map(seed, self.size, self.p, self.max_tries), seed)
 
+    def demonstrations(self) -> tuple[Demonstration, ...]:
+        """Worked first turns of two lakes this env never deals (see `Demonstration`).
+
+        Each answer is a whole shortest hole-free path (`shortest_path`); the thought says
+        where the goal is and whether a hole lies beside the start.
+        """
+        worked = []
+        for seed in _DEMO_SEEDS:
+            other = FrozenLakeEnv(self.size, self.p, self.slippery, max_tries=self.max_tries)
+            observation = other.reset(seed)
+            path = shortest_path(other.rows)
+            thought = _demo_thought(other.rows, path[0])
+            worked.append(Demonstration(other.instructions(), observation, thought, tuple(path)))
+        return tuple(worked)
+
     def load(self, rows: tuple[str, ...] | list[str], seed: int) -> str:
         """Start an episode on a given map (S, F, H, G rows); `seed` drives the slipping."""
         rows = tuple(rows)
@@ -248,3 +285,24 @@ class FrozenLakeEnv:
     def state(self) -> int:
         """The player's cell, `row * size + col` (gymnasium's observation)."""
         return self._state
+
+
+def _demo_thought(rows: tuple[str, ...], first: str) -> str:
+    """A short true note on a lake's start: where the goal is, a hole beside the player.
+
+    A valid lake has at most one hole beside the top-left start: two would cut it off.
+    """
+    size = len(rows)
+    goal_row, goal_col = divmod("".join(rows).index("G"), size)
+    goal = f"The goal {_TILE['G']} is {relative_position(goal_row, goal_col, 'me')}."
+    hole = next(
+        (
+            relative_position(d_row, d_col, "me")
+            for d_row, d_col in _MOVES
+            if 0 <= d_row < size and 0 <= d_col < size and rows[d_row][d_col] == "H"
+        ),
+        None,
+    )
+    if hole is None:
+        return f"{goal} No hole is beside me, so I go {first}."
+    return f"{goal} A hole {_TILE['H']} is {hole}, so I go {first}."

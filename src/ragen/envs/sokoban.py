@@ -26,6 +26,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ragen.envs.base import (
+    Demonstration,
     EpisodeBudget,
     GenerationError,
     StepResult,
@@ -33,6 +34,7 @@ from ragen.envs.base import (
     check_int,
     info,
     match_action,
+    relative_position,
 )
 
 ACTIONS = ("Up", "Down", "Left", "Right")
@@ -87,6 +89,12 @@ _BRUSHES = (
     ((0, 0), (0, 1), (1, 0), (1, 1)),
 )
 _DIRS = ((-1, 0), (1, 0), (0, -1), (0, 1))  # Up, Down, Left, Right as (d_row, d_col)
+# Rooms of the worked turns shown to a small model (rollout.demos). Seeds from 2e9 up are
+# never played: training seeds are below 1e9 and evaluation seeds are 1e9 + i. These two
+# start with different moves in the 6×6 one-box room (Up, Right, Down: push the box down;
+# Left, Left: push it left) and in the 8×8 two-box room (Down..., Left...), so the
+# examples point to no fixed first action.
+_DEMO_SEEDS = (2_000_000_000, 2_000_000_001)
 
 
 @dataclass(frozen=True)
@@ -462,6 +470,23 @@ class SokobanEnv:
     def reset(self, seed: int) -> str:
         return self.load(generate_room(seed, **self._generator_options))
 
+    def demonstrations(self) -> tuple[Demonstration, ...]:
+        """Worked first turns of two rooms this env never deals (see `Demonstration`).
+
+        Each answer is the room's whole shortest solution (`solve`); the thought says
+        where the first box to be pushed and a target lie, and which way it is pushed.
+        """
+        worked = []
+        for seed in _DEMO_SEEDS:
+            other = SokobanEnv(**self._generator_options, symbols=self.symbols)
+            observation = other.reset(seed)
+            solution = solve(other.room)
+            thought = _demo_thought(other.room, solution, self.symbols)
+            worked.append(
+                Demonstration(other.instructions(), observation, thought, tuple(solution))
+            )
+        return tuple(worked)
+
     def load(self, room: Room) -> str:
         """Start an episode from `room`; returns the first observation."""
         self._room = room
@@ -523,3 +548,31 @@ class SokobanEnv:
             frozenset(self._boxes),
             self._player,
         )
+
+
+def _demo_thought(room: Room, solution: list[str], symbols: Mapping[str, str]) -> str:
+    """A short true note on `room`: the first box `solution` pushes, a target, the push."""
+    offsets, player = room.offsets(), room.player
+    for move in solution:
+        ahead = player + offsets[move]
+        if ahead in room.boxes:  # the first push: no box has moved yet
+            break
+        player = ahead
+    box = ahead
+    target = min(room.targets, key=lambda t: (_distance(box, t, room.width), t))
+    article = "The" if len(room.boxes) == 1 else "A"
+    return (
+        f"{article} box {symbols['box']} is {_where(room.player, box, room.width, 'me')}. "
+        f"{article} target {symbols['target']} is {_where(box, target, room.width, 'it')}. "
+        f"I push the box {move}."
+    )
+
+
+def _where(origin: int, cell: int, width: int, anchor: str) -> str:
+    (row, col), (o_row, o_col) = divmod(cell, width), divmod(origin, width)
+    return relative_position(row - o_row, col - o_col, anchor)
+
+
+def _distance(a: int, b: int, width: int) -> int:
+    (a_row, a_col), (b_row, b_col) = divmod(a, width), divmod(b, width)
+    return abs(a_row - b_row) + abs(a_col - b_col)

@@ -84,6 +84,9 @@ def _demo_messages(env, spec: RolloutSpec) -> list[dict]:
     if spec.demos > len(worked):
         raise ValueError(f"rollout.demos={spec.demos}, but the env offers {len(worked)}")
     messages = []
+    # A demonstration may hold more actions than one turn runs; its worked reply keeps to
+    # the turn's limit, as a reply of the agent must.
+    per_turn = _per_turn(env, spec)
     for demo in worked[: spec.demos]:
         user = first_user_message(
             demo.instructions,
@@ -93,7 +96,7 @@ def _demo_messages(env, spec: RolloutSpec) -> list[dict]:
             spec.max_actions_per_episode,
             think=spec.think,
         )
-        reply = worked_reply(demo.thought, demo.answer, think=spec.think)
+        reply = worked_reply(demo.thought, demo.answer[:per_turn], think=spec.think)
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
     return messages
 
@@ -132,9 +135,9 @@ def _act(ep: _Episode, actions: Sequence[str]) -> list[float]:
     return rewards
 
 
-def _per_turn(ep: _Episode, spec: RolloutSpec) -> int:
+def _per_turn(env, spec: RolloutSpec) -> int:
     # A free-text env (no action words, e.g. Countdown) takes one answer per turn.
-    return spec.max_actions_per_turn if ep.env.actions else 1
+    return spec.max_actions_per_turn if env.actions else 1
 
 
 def _take_turn(
@@ -144,7 +147,9 @@ def _take_turn(
     ep.traj.append(sample.token_ids, sampled=True, logprobs=sample.logprobs)
     reply = fmt.reply_text(sample.token_ids)
     left = ep.budget - ep.actions_used
-    parsed = parse_reply(reply, ep.env.actions, min(_per_turn(ep, spec), left), think=spec.think)
+    parsed = parse_reply(
+        reply, ep.env.actions, min(_per_turn(ep.env, spec), left), think=spec.think
+    )
     observation = ep.observation
     if sample.finish == "length":
         # The reply never closed: its half-written answer is not executed.
@@ -181,7 +186,7 @@ def _take_turn(
         ep.observation,
         ep.budget - ep.actions_used,
         rewards,
-        max_actions_per_turn=_per_turn(ep, spec),
+        max_actions_per_turn=_per_turn(ep.env, spec),
         think=spec.think,
     )
     stopped = bool(sample.token_ids) and sample.token_ids[-1] in fmt.stop_ids
