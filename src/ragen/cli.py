@@ -123,21 +123,30 @@ def _train_config(args: argparse.Namespace):
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from ragen.monitor.logging import create_run_dir, rewrite_config
-    from ragen.train.trainer import Trainer
+    from ragen.train import distributed
+    from ragen.train.trainer import Trainer, resolve_device
 
     cfg, run = _train_config(args)  # a refused config leaves no folder behind
-    if args.resume:
-        rewrite_config(run, cfg)
-    else:
-        create_run_dir(run.root, cfg)
-    print(f"run directory: {run.root}")
-    trainer = Trainer(cfg, run, resume=bool(args.resume))
-    try:
-        trainer.train()
-    except KeyboardInterrupt:
-        print(f"interrupted; continue with: ragen train --resume {run.root}", file=sys.stderr)
-        return 130
-    print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
+    distributed.check_split(cfg.rollout.groups)  # torchrun: every process refuses, at once
+    with distributed.session(resolve_device(cfg.trainer.device)):
+        main = distributed.is_main()
+        if args.resume:
+            distributed.on_main(lambda: rewrite_config(run, cfg))
+        else:
+            distributed.on_main(lambda: create_run_dir(run.root, cfg))
+        if main:
+            print(f"run directory: {run.root}")
+        trainer = Trainer(cfg, run, resume=bool(args.resume))
+        try:
+            trainer.train()
+        except KeyboardInterrupt:
+            if main:
+                print(
+                    f"interrupted; continue with: ragen train --resume {run.root}", file=sys.stderr
+                )
+            return 130
+        if main:
+            print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
     return EXIT_OK
 
 
@@ -349,11 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ragen.config import ConfigError
     from ragen.models import ModelError
     from ragen.monitor.logging import RunDirError
+    from ragen.train.distributed import LaunchError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, ModelError, RunDirError, UsageError) as err:
+    except (ConfigError, LaunchError, ModelError, RunDirError, UsageError) as err:
         print(f"ragen: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

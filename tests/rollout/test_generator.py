@@ -147,6 +147,28 @@ def test_same_seed_same_samples_different_seeds_differ(tiny):
 
 
 @pytest.mark.parametrize("name", ["hf", "naive"])
+def test_a_numbered_stream_samples_the_same_reply_in_any_call(tiny, name):
+    # What lets data-parallel ranks play shares of a rollout: an episode's reply depends on
+    # (seed, its stream), not on which requests share the call or where it stands in it.
+    model, tokenizer = tiny
+    mine = Request("b", list(range(300, 320)), stream=3)
+    other = Request("a", list(range(200, 230)), stream=7)
+
+    def sample(requests):  # a fresh generator each time: no cache carried between the calls
+        gen = make_generator(name, model, tokenizer)
+        samples = gen.generate(requests, max_new_tokens=8, temperature=1.0, seed=5)
+        return samples[[r.key for r in requests].index("b")]
+
+    alone, shared = sample([mine]), sample([other, mine])
+    assert alone.token_ids == shared.token_ids
+    assert alone.logprobs == pytest.approx(shared.logprobs, abs=LOGPROB_TOL)
+    unnumbered = sample([other, Request("b", mine.context_ids)])  # position 1: stream 1
+    assert unnumbered.token_ids != alone.token_ids
+    with pytest.raises(ValueError, match="noise stream"):
+        sample([other, Request("b", mine.context_ids, stream=7)])
+
+
+@pytest.mark.parametrize("name", ["hf", "naive"])
 def test_stop_string_is_honoured(tiny, name):
     model, tokenizer = tiny
     request = [Request("k", list(range(300, 325)))]
@@ -175,17 +197,17 @@ def test_stopper_rules(tiny):
 def test_choose_greedy_top_p_and_frequencies():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     logits = probs.log().expand(4000, 4)  # (B, V)
-    tokens, logprobs = choose(logits, row_generators(0, 4000), 0.0, 1.0)
+    tokens, logprobs = choose(logits, row_generators(0, range(4000)), 0.0, 1.0)
     assert tokens.eq(0).all() and torch.allclose(logprobs, probs[0].log())
-    tokens, _ = choose(logits, row_generators(0, 4000), 1.0, 1.0)
+    tokens, _ = choose(logits, row_generators(0, range(4000)), 1.0, 1.0)
     freq = torch.bincount(tokens, minlength=4) / 4000
     assert torch.allclose(freq, probs, atol=0.03)
     # top_p 0.8: the smallest top set holding 0.8 is {0, 1}; renormalised to 5/8, 3/8.
-    tokens, logprobs = choose(logits, row_generators(1, 4000), 1.0, 0.8)
+    tokens, logprobs = choose(logits, row_generators(1, range(4000)), 1.0, 0.8)
     freq = torch.bincount(tokens, minlength=4) / 4000
     assert freq[2:].sum() == 0 and abs(freq[0] - 5 / 8) < 0.03
     assert torch.allclose(logprobs.exp(), probs[tokens])  # log-probs before truncation
-    tokens, _ = choose(logits * 0.5, row_generators(2, 4000), 0.5, 1.0)  # T rescales logits
+    tokens, _ = choose(logits * 0.5, row_generators(2, range(4000)), 0.5, 1.0)  # T rescales logits
     assert torch.allclose(torch.bincount(tokens, minlength=4) / 4000, probs, atol=0.03)
 
 

@@ -204,6 +204,23 @@ def test_tiny_model_rollouts_are_deterministic(tiny):
     assert once(3) != once(4)
 
 
+def test_shares_of_a_rollout_played_apart_equal_the_whole(tiny):
+    # How data-parallel ranks split a step: each plays its groups, numbered from its first.
+    model, tokenizer = tiny
+    spec = RolloutSpec(max_turns=1, max_reply_tokens=5)
+
+    def play(seeds, first_group=0):
+        gen = make_generator("hf", model, tokenizer)
+        trajs = rollout(
+            gen, tokenizer, "bandit", seeds, 2, spec, sample_seed=3, first_group=first_group
+        )
+        return [(t.group, t.copy, t.seed, t.token_ids) for t in trajs]
+
+    whole = play([10, 11, 12, 13])
+    assert play([10, 11]) + play([12, 13], first_group=2) == whole
+    assert [g for g, *_ in whole] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
 def test_embedded_model_plays_sokoban(embedded):
     # Greedy, the base model follows the example reply of the prompt: its actions run.
     model, tokenizer = embedded

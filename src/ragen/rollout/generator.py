@@ -12,10 +12,13 @@ differ only in how they compute logits:
   kept between calls, so a later turn prefills only the tokens appended since (the env
   segment); finished rows leave the decode batch at once.
 
-Sampling is reproducible and independent of batching: row ``i`` of a call draws its noise
-from its own ``torch.Generator`` seeded from ``(seed, i)``, one draw per step (Gumbel-max),
-so neither ``max_batch`` nor which other rows finished early changes a row's sample. The
-caller should pass a different ``seed`` on every call (the loop uses one per turn).
+Sampling is reproducible and independent of batching: each request draws its noise from its
+own ``torch.Generator`` seeded from ``(seed, stream)``, one draw per step (Gumbel-max), so
+neither ``max_batch`` nor which other rows finished early changes a row's sample. The stream
+is the request's own number when it carries one (the loop numbers its episodes, so an
+episode samples the same reply whichever process or call it is played in), else its
+position in the call. The caller should pass a different ``seed`` on every call (the loop
+uses one per turn).
 """
 
 from __future__ import annotations
@@ -49,10 +52,12 @@ class Request:
 
     ``key`` names the episode: the same key on a later call means "this dialogue continued".
     ``context_ids`` is the WHOLE dialogue as token ids (prompt, earlier replies, env text).
+    ``stream`` numbers the request's sampling noise; None: its position in the call.
     """
 
     key: Hashable
     context_ids: list[int]
+    stream: int | None = None
 
 
 @dataclass(frozen=True)
@@ -168,14 +173,21 @@ class Stopper:
         return len(reply), FINISH_LENGTH
 
 
-def row_generators(seed: int, rows: int) -> list[torch.Generator]:
-    """One noise stream per request row, seeded from (seed, row) and nothing else."""
-    # torch's CPU generator keeps only 32 bits of a seed, so (seed, row) is hashed into 32
+def row_generators(seed: int, streams: Iterable[int]) -> list[torch.Generator]:
+    """One noise generator per stream number, seeded from (seed, stream) and nothing else."""
+    # torch's CPU generator keeps only 32 bits of a seed, so (seed, stream) is hashed into 32
     # bits by SeedSequence rather than packed side by side (which would drop the seed).
     states = [
-        np.random.SeedSequence([seed % 2**63, row]).generate_state(1)[0] for row in range(rows)
+        np.random.SeedSequence([seed % 2**63, stream]).generate_state(1)[0] for stream in streams
     ]
     return [torch.Generator().manual_seed(int(state)) for state in states]
+
+
+def request_generators(seed: int, requests: Sequence[Request]) -> list[torch.Generator]:
+    """The noise generator of each request of a call: its own stream, else its position."""
+    return row_generators(
+        seed, (i if r.stream is None else r.stream for i, r in enumerate(requests))
+    )
 
 
 def choose(
@@ -224,6 +236,9 @@ def _check_call(requests: Sequence[Request], max_new_tokens: int, temperature: f
     keys = [r.key for r in requests]
     if len(set(keys)) != len(keys):
         raise ValueError("two requests share a key: each episode may appear once per call")
+    streams = [r.stream for r in requests if r.stream is not None]
+    if len(set(streams)) != len(streams):
+        raise ValueError("two requests share a noise stream: number each episode's stream once")
     for r in requests:
         if not r.context_ids:
             raise ValueError(f"request {r.key!r} has no context tokens to continue")
@@ -300,7 +315,7 @@ class NaiveGenerator:
     ) -> list[Sample]:
         _check_call(requests, max_new_tokens, temperature, top_p)
         self.stats.calls += 1
-        generators = row_generators(seed, len(requests))
+        generators = request_generators(seed, requests)
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
         size = self.max_batch or auto_max_batch(self.model, longest)
         samples: list[Sample] = []
@@ -449,7 +464,7 @@ class CachedGenerator:
         distinct = list({id(j): j for j in jobs}.values())
         self._share_opening(distinct)
         self._prefill(distinct)
-        generators = row_generators(seed, len(requests))
+        generators = request_generators(seed, requests)
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
         size = self.max_batch or auto_max_batch(self.model, longest)
         # Rows of similar length decode together, so left padding wastes little.

@@ -62,9 +62,9 @@ class _Episode:
     """One live episode: its env, its trajectory and the dialogue as messages."""
 
     def __init__(
-        self, env_name: str, env, group: int, copy: int, seed: int, key, budget: int
+        self, env_name: str, env, group: int, copy: int, seed: int, key, stream: int, budget: int
     ) -> None:
-        self.env, self.key, self.budget = env, key, budget
+        self.env, self.key, self.stream, self.budget = env, key, stream, budget
         self.traj = Trajectory(env=env_name, group=group, copy=copy, seed=seed)
         self.messages: list[dict] = []
         self.observation = ""
@@ -205,10 +205,14 @@ def rollout(
     *,
     env_options: dict | None = None,
     sample_seed: int = 0,
+    first_group: int = 0,
     on_turn: Callable[[int, int], None] | None = None,
 ) -> list[Trajectory]:
     """Play ``len(seeds)`` groups of ``group_size`` copies (a group's copies share its seed).
 
+    Groups are numbered from ``first_group``: a process playing a share of a larger rollout
+    passes the number of its first group, and each episode then samples exactly what it
+    would in the whole rollout (its sampling noise is numbered by its group and copy).
     Returns the trajectories ordered group by group. ``on_turn(turn, live)`` is called before
     each turn's generation (for progress display).
     """
@@ -216,11 +220,12 @@ def rollout(
     terms = {name: (resolve(name), weight) for name, weight in spec.reward_terms}
     call = next(_CALLS)
     episodes = []
-    for group, seed in enumerate(seeds):
+    for group, seed in enumerate(seeds, start=first_group):
         for copy in range(group_size):
             env = envs.make(env_name, **(env_options or {}))
-            key = (call, group, copy)
-            ep = _Episode(env_name, env, group, copy, int(seed), key, spec.max_actions_per_episode)
+            key, stream = (call, group, copy), group * group_size + copy
+            budget = spec.max_actions_per_episode
+            ep = _Episode(env_name, env, group, copy, int(seed), key, stream, budget)
             _start(ep, fmt, spec)
             episodes.append(ep)
     try:
@@ -235,7 +240,7 @@ def rollout(
             if on_turn is not None:
                 on_turn(turn, len(live))
             samples = generator.generate(
-                [Request(ep.key, list(ep.traj.token_ids)) for ep in live],
+                [Request(ep.key, list(ep.traj.token_ids), ep.stream) for ep in live],
                 max_new_tokens=spec.max_reply_tokens,
                 temperature=spec.temperature,
                 top_p=spec.top_p,

@@ -14,6 +14,7 @@ from ragen.rollout.evaluate import eval_seeds, summarize
 from ragen.rollout.generator import Generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory
+from ragen.train import distributed
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,9 @@ class EvalRequest:
 def evaluate(
     generator: Generator, tokenizer, config: Config, request: EvalRequest, *, progress: bool
 ) -> tuple[dict, list[Trajectory]]:
-    """Roll out the evaluation and summarise it; the same request gives the same seeds."""
+    """Roll out the evaluation and summarise it; the same request gives the same seeds.
+    Under torchrun each rank plays its share of the seeds and every rank gets the summary
+    of them all (the same as one process would)."""
     spec = RolloutSpec.from_config(config.rollout, temperature=request.temperature)
     options = config.env.options if request.env == config.env.name else {}
     bar = tqdm(total=spec.max_turns, desc=f"eval {request.env}", unit="turn", disable=not progress)
@@ -39,18 +42,22 @@ def evaluate(
         bar.update(1 if turn else 0)
 
     started = time.perf_counter()
+    seeds = eval_seeds(request.n, EVAL_SEED_BASE)
+    mine = distributed.shard(len(seeds))
     try:
-        trajectories = rollout(
+        played = rollout(
             generator,
             tokenizer,
             request.env,
-            eval_seeds(request.n, EVAL_SEED_BASE),
+            seeds[mine.start : mine.stop],
             request.k,
             spec,
             env_options=options,
             sample_seed=config.trainer.seed,
+            first_group=mine.start,
             on_turn=on_turn,
         )
+        trajectories = distributed.gather_list(played)
     finally:
         bar.update(bar.total - bar.n)
         bar.close()

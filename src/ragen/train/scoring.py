@@ -43,8 +43,13 @@ def score_batch(
             refs.append(ref_logprobs(ids, mask, sampled))
         if critic is not None:
             values.append(critic_values(critic, ids, mask))
+
+    def joined(parts: list[torch.Tensor]) -> torch.Tensor:
+        # no rows at all (a data-parallel rank's share of a small batch): (0, T) zeros
+        return torch.cat(parts) if parts else torch.zeros(input_ids.shape, device=input_ids.device)
+
     return {
-        "old_logprobs": torch.cat(old),
-        "ref_logprobs": torch.cat(refs) if refs else None,
-        "values": torch.cat(values) if values else None,
+        "old_logprobs": joined(old),
+        "ref_logprobs": joined(refs) if ref_logprobs is not None else None,
+        "values": joined(values) if critic is not None else None,
     }

@@ -4,6 +4,9 @@ One iteration: rollout → filter → score → advantages → update → log �
 Every source of randomness of step ``s`` is derived from ``(trainer.seed, s)`` (the env
 seeds, the sampling noise, the mini-batch order), so a run resumed from a checkpoint
 replays exactly what the uninterrupted run would have done.
+
+Under torchrun every process runs this loop on its share of the groups (see distributed.py);
+rank 0 logs, writes the run directory and checkpoints, and decides when to stop.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.generator import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
-from ragen.train import checkpoint
+from ragen.train import checkpoint, distributed
 from ragen.train.evaluator import EvalRequest, evaluate
 from ragen.train.scoring import policy_logprobs, score_batch
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
@@ -40,9 +43,17 @@ def step_env_seeds(seed: int, step: int, groups: int) -> list[int]:
 
 
 def resolve_device(name: str) -> torch.device:
+    """``trainer.device`` as a device; ``auto`` is CUDA when there is one. Under torchrun
+    each process takes the GPU of its ``LOCAL_RANK``."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return distributed.local_device(torch.device(name))
+
+
+def say(line: str) -> None:
+    """Print a line of the run's story, once (from rank 0)."""
+    if distributed.is_main():
+        tqdm.write(line)
 
 
 @dataclass
@@ -123,21 +134,15 @@ class Trainer:
     # ------------------------------------------------------------------------ the loop
 
     def train(self) -> None:
-        t = self.config.trainer
+        t, main = self.config.trainer, distributed.is_main()
         with (
-            MetricsLogger(
-                self.run,
-                tensorboard=self.config.logging.tensorboard,
-                wandb=self.config.logging.wandb,
-                wandb_project=self.config.logging.wandb_project,
-                config=to_dict(self.config),
-            ) as log,
+            self._logger() if main else nullcontext() as log,  # rank 0 writes the run directory
             tqdm(
                 total=t.steps,
                 initial=self.start_step,
                 desc="train",
                 unit="step",
-                disable=not self.config.logging.progress,
+                disable=not (self.config.logging.progress and main),
             ) as bar,
         ):
             for step in range(self.start_step, t.steps):
@@ -154,13 +159,14 @@ class Trainer:
         """The run's final step: the configured count, a stop, or the wall-clock budget."""
         t = self.config.trainer
         out_of_time = t.max_minutes > 0 and time.monotonic() - self.started > 60 * t.max_minutes
+        out_of_time = distributed.broadcast(out_of_time)  # rank 0's clock: every rank agrees
         if out_of_time and self.stopped_at is None:
-            tqdm.write(f"[step {step}] trainer.max_minutes={t.max_minutes:g} reached: last step")
+            say(f"[step {step}] trainer.max_minutes={t.max_minutes:g} reached: last step")
             self.stopped_at = step
         return step + 1 == t.steps or self.stopped_at == step
 
-    def step(self, step: int, log: MetricsLogger) -> dict[str, float]:
-        """One StarPO iteration; returns the metrics it logged."""
+    def step(self, step: int, log: MetricsLogger | None) -> dict[str, float]:
+        """One StarPO iteration; returns the metrics it logged (``log`` is None off rank 0)."""
         metrics: dict[str, float] = {}
         started = time.perf_counter()
         trajectories = self.collect(step)
@@ -179,9 +185,10 @@ class Trainer:
         last = self.is_last(step)  # decided once: the budget may pass during the evaluation
         metrics.update(self.maybe_measure_templates(step, trajectories))
         metrics.update(self.maybe_evaluate(step, last))
-        log.log(step, metrics)
-        if self.config.logging.save_trajectories:
-            log.log_episodes(step, [t.to_record() for t in trajectories])
+        if log is not None:
+            log.log(step, metrics)
+            if self.config.logging.save_trajectories:
+                log.log_episodes(step, [t.to_record() for t in trajectories])
         self.watch(step, metrics)
         self.maybe_checkpoint(step, last)
         return metrics
@@ -190,21 +197,27 @@ class Trainer:
 
     def collect(self, step: int) -> list[Trajectory]:
         """Fresh rollouts at the first step of each ``rollout.reuse_k`` window; the same set
-        again on the window's other steps ("online-k")."""
+        again on the window's other steps ("online-k"). Each rank plays its share of the
+        groups; every rank returns all of them, in group order."""
         c, t = self.config, self.config.trainer
         first = step - step % c.rollout.reuse_k
         if self.rollouts is None or self.rollouts_step != first:
             self.rollouts_step = first
-            self.rollouts = rollout(
+            seeds = step_env_seeds(t.seed, first, c.rollout.groups)
+            mine = distributed.shard(len(seeds))
+            played = rollout(
                 self.generator,
                 self.m.tokenizer,
                 c.env.name,
-                step_env_seeds(t.seed, first, c.rollout.groups),
+                seeds[mine.start : mine.stop],
                 c.rollout.group_size,
                 self.spec,
                 env_options=c.env.options,
                 sample_seed=t.seed * 1_000_003 + first,
+                first_group=mine.start,
             )
+            # the filter, the advantages and the metrics see every group, on every rank
+            self.rollouts = distributed.gather_list(played)
         return self.rollouts
 
     def filter(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], dict]:
@@ -216,23 +229,13 @@ class Trainer:
 
     def prepare(self, kept: list[Trajectory]) -> UpdateData:
         """Collate, score (old log-probs in the update's dtype, reference, values), and
-        compute advantages."""
+        compute advantages: of the whole batch, on every rank (batch statistics are global)."""
         c = self.config
         batch = collate(kept, self.m.tokenizer.pad_token_id, c.rollout.reward_placement)
         ids = batch.input_ids.to(self.device)
         mask = batch.attention_mask.to(self.device)
         loss_mask = batch.loss_mask.to(self.device)
-        with self._autocast():
-            scored = score_batch(
-                self.m.policy,
-                self.m.critic,
-                self.m.ref,
-                ids,
-                mask,
-                loss_mask,
-                temperature=c.rollout.temperature,
-                micro_batch=c.trainer.micro_batch_size,
-            )
+        scored = self.score(ids, mask, loss_mask)
         advantages, returns = estimate(
             c.algo.estimator,
             rewards=batch.rewards.to(self.device),
@@ -255,6 +258,27 @@ class Trainer:
             ref_logprobs=scored["ref_logprobs"],
             old_values=scored["values"],
         )
+
+    def score(self, ids, mask, loss_mask) -> dict[str, torch.Tensor | None]:
+        """``score_batch`` of the (B, T) batch: each rank scores its share of the rows, and
+        every rank gets all of them."""
+        rows = distributed.shard(len(ids))
+        part = slice(rows.start, rows.stop)
+        with self._autocast():
+            scored = score_batch(
+                self.m.policy,
+                self.m.critic,
+                self.m.ref,
+                ids[part],
+                mask[part],
+                loss_mask[part],
+                temperature=self.config.rollout.temperature,
+                micro_batch=self.config.trainer.micro_batch_size,
+            )
+        return {
+            key: None if value is None else distributed.assemble_rows(value, rows, len(ids))
+            for key, value in scored.items()
+        }
 
     def update(self, data: UpdateData, step: int) -> dict[str, float]:
         a, t = self.config.algo, self.config.trainer
@@ -289,10 +313,11 @@ class Trainer:
             summary, _ = evaluate(
                 self.generator, self.m.tokenizer, self.config, request, progress=False
             )
-            append_jsonl(self.run.evals, [{"step": step, **summary}])
+            if distributed.is_main():
+                append_jsonl(self.run.evals, [{"step": step, **summary}])
             for key in ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean"):
                 metrics[f"eval/{env}/{key}"] = summary[key]
-            tqdm.write(
+            say(
                 f"[step {step}] eval {env}: success {summary['success']:.1%}, format-ok "
                 f"{summary['format_ok']:.1%} ({request.n} seeds, T={request.temperature:g})"
             )
@@ -302,9 +327,12 @@ class Trainer:
 
     def maybe_measure_templates(self, step: int, trajectories: list[Trajectory]) -> dict:
         """Every ``monitor.template_every`` steps: template collapse (RAGEN-2), the policy
-        cross-scoring a sample of reasonings under each other's prompts."""
+        cross-scoring a sample of reasonings under each other's prompts. On rank 0, which
+        logs and monitors."""
         mon = self.config.monitor
         if not mon.enabled or mon.template_every == 0 or (step + 1) % mon.template_every:
+            return {}
+        if not distributed.is_main():
             return {}
         pairs = sample_pairs(
             trajectories,
@@ -318,15 +346,16 @@ class Trainer:
             )
 
     def watch(self, step: int, metrics: dict[str, float]) -> list[Alert]:
-        """Feed the step's metrics to the collapse detector; report alerts and act on them."""
+        """Feed the step's metrics to the collapse detector; report alerts and act on them.
+        The detector runs on rank 0 (which has every metric); every rank follows its call."""
         if self.detector is None:
             return []
-        alerts = self.detector.update(step, metrics)
+        alerts = self.detector.update(step, metrics) if distributed.is_main() else []
         if alerts:
             append_jsonl(self.run.alerts, [a.to_record() for a in alerts])
             for alert in alerts:
                 tqdm.write(alert.line())
-        if self.detector.actionable(alerts):
+        if distributed.broadcast(bool(self.detector.actionable(alerts))):
             self._act(step)
         return alerts
 
@@ -336,7 +365,7 @@ class Trainer:
         mon = self.config.monitor
         if mon.action == "warn":
             return
-        target = checkpoint.best_checkpoint(self.run)
+        target = distributed.broadcast(checkpoint.best_checkpoint(self.run))  # rank 0's choice
         if mon.action == "stop" or self.rollbacks >= mon.max_rollbacks or target is None:
             if mon.action == "stop":
                 why = "monitor.action=stop"
@@ -344,15 +373,16 @@ class Trainer:
                 why = "no evaluated checkpoint to roll back to"
             else:
                 why = f"monitor.max_rollbacks={mon.max_rollbacks} used"
-            tqdm.write(f"[step {step}] stopping the run ({why}); last checkpoint: step_{step + 1}")
+            say(f"[step {step}] stopping the run ({why}); last checkpoint: step_{step + 1}")
             self.stopped_at = step
             return
+        _check_visible(target)
         checkpoint.load_checkpoint(
             target, policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
         )
         self.rollbacks += 1
         self._apply_rollback_changes(self.rollbacks)
-        tqdm.write(
+        say(
             f"[step {step}] rolled back to {target.name} (rollback {self.rollbacks} of "
             f"{mon.max_rollbacks}); learning rates x{mon.rollback_lr_scale**self.rollbacks:g}"
         )
@@ -373,6 +403,8 @@ class Trainer:
         action stopped the run at this step."""
         t = self.config.trainer
         last = last or self.stopped_at == step
+        if not distributed.is_main():
+            return  # every rank holds the same weights and optimiser states: rank 0 saves them
         if last or (t.save_every and (step + 1) % t.save_every == 0):
             state = {"rollbacks": self.rollbacks, "eval_success": self.eval_success}
             if self.detector is not None:
@@ -398,13 +430,26 @@ class Trainer:
         dtype = self._autocast_dtype()
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
+    def _logger(self) -> MetricsLogger:
+        c = self.config.logging
+        return MetricsLogger(
+            self.run,
+            tensorboard=c.tensorboard,
+            wandb=c.wandb,
+            wandb_project=c.wandb_project,
+            config=to_dict(self.config),
+        )
+
     def _resume(self) -> int:
-        """Load the newest complete checkpoint; drop what the run logged after it."""
+        """Load the newest complete checkpoint (rank 0 chooses it, every rank loads it); drop
+        what the run logged after it."""
         done = checkpoint.complete_checkpoints(self.run)
-        if not done:
+        latest = distributed.broadcast(done[-1] if done else None)
+        if latest is None:
             return 0
+        _check_visible(latest)
         state = checkpoint.load_checkpoint(
-            done[-1], policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
+            latest, policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
         )
         step = int(state["step"])
         self.rollbacks = int(state.get("rollbacks", 0))
@@ -413,8 +458,19 @@ class Trainer:
             self.detector.load_state_dict(state["monitor"])
         if self.rollbacks:
             self._apply_rollback_changes(self.rollbacks)
-        truncate_after(self.run, step)
+        if distributed.is_main():
+            truncate_after(self.run, step)
         return step
+
+
+def _check_visible(path) -> None:
+    """Every rank loads the checkpoint rank 0 wrote: refuse, on every rank, if one cannot."""
+    distributed.check_everywhere(
+        None
+        if path.is_dir()
+        else f"checkpoint {path} is not visible on this machine: put the run directory on a "
+        "filesystem every machine mounts at the same path (--out)"
+    )
 
 
 def truncate_after(run: RunDir, step: int) -> None:

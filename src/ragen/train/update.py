@@ -5,6 +5,11 @@ penalty when it is on; the critic's clipped value loss. Each is aggregated with 
 mini-batch's normaliser, so micro-batch losses add up to the mini-batch loss exactly. A
 mini-batch whose loss or gradient norm is not finite is skipped: no optimiser step, the
 weights stay as they were, and ``actor/skipped_steps`` counts it.
+
+Data parallel (see distributed.py): every rank holds the whole batch and draws the same
+mini-batches; each back-propagates its share of a mini-batch's rows with the whole
+mini-batch's normaliser, the gradients are summed across ranks, and every rank takes the
+same step, the one a single process would take.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from ragen.algos import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
+from ragen.train import distributed
 from ragen.train.scoring import critic_values, policy_logprobs
 
 
@@ -71,7 +77,7 @@ def _normaliser(mask: torch.Tensor, mode: str) -> float:
 
 
 class _Tally:
-    """Means of per-micro-batch statistics, weighted by sampled tokens."""
+    """Weighted means of statistics (micro-batch ones weighted by sampled tokens)."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = defaultdict(float)
@@ -82,8 +88,10 @@ class _Tally:
             self.sums[key] += float(value) * weight
             self.weights[key] += weight
 
-    def means(self) -> dict[str, float]:
-        return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
+    def global_means(self) -> dict[str, float]:
+        """The means over every rank's additions."""
+        sums, weights = distributed.sum_dicts(self.sums), distributed.sum_dicts(self.weights)
+        return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
 
 
 # Losses aggregated with the mini-batch's normaliser: a micro-batch holds its share of the
@@ -121,6 +129,29 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
     return actor, critic_loss, out
 
 
+def _backward_share(
+    policy, critic, mini_data: UpdateData, s: UpdateSettings, norm: float, autocast, tally: _Tally
+) -> dict[str, float] | None:
+    """Back-propagate this rank's share of a mini-batch (all of it in one process), micro-batch
+    by micro-batch, forwards under ``autocast``, adding the micro-batch stats to ``tally``.
+    Returns the share's part of the ``_ADDITIVE`` stats, or None when a loss was not finite."""
+    sums: dict[str, float] = defaultdict(float)
+    mine = distributed.shard(len(mini_data.input_ids))
+    for micro in torch.arange(mine.start, mine.stop).split(s.micro_batch_size):
+        part = mini_data.rows(micro)
+        with autocast:
+            actor, critic_loss, stats = _micro_loss(policy, critic, part, s, norm)
+        total = actor if critic_loss is None else actor + critic_loss
+        if not torch.isfinite(total):
+            return None
+        total.backward()
+        for key in _ADDITIVE:
+            if key in stats:
+                sums[key] += stats.pop(key)
+        tally.add(stats, float(part.loss_mask.sum()))
+    return sums
+
+
 def ppo_update(
     policy,
     critic,
@@ -130,9 +161,11 @@ def ppo_update(
     *,
     seed: int,
 ) -> dict[str, float]:
-    """Run the PPO epochs; returns the step's ``actor/…`` and ``critic/…`` metrics."""
+    """Run the PPO epochs; returns the step's ``actor/…`` and ``critic/…`` metrics (the same
+    on every rank)."""
     generator = torch.Generator().manual_seed(seed)
     tally, skipped, steps = _Tally(), 0, 0
+    totals: dict[str, float] = defaultdict(float)  # this rank's shares of _ADDITIVE stats
     autocast = (
         torch.autocast(data.input_ids.device.type, dtype=s.autocast_dtype)
         if s.autocast_dtype is not None
@@ -148,35 +181,33 @@ def ppo_update(
                 continue  # nothing sampled in this mini-batch: no gradient to take
             for opt in optimizers.values():
                 opt.zero_grad(set_to_none=True)
-            finite, sums = True, defaultdict(float)
-            for micro in torch.arange(len(mini)).split(s.micro_batch_size):
-                part = mini_data.rows(micro)
-                with autocast:
-                    actor, critic_loss, stats = _micro_loss(policy, critic, part, s, norm)
-                total = actor if critic_loss is None else actor + critic_loss
-                if not torch.isfinite(total):
-                    finite = False
-                    break
-                total.backward()
-                for key in _ADDITIVE:
-                    if key in stats:
-                        sums[key] += stats.pop(key)
-                tally.add(stats, float(part.loss_mask.sum()))
-            norms = _clip(policy, critic, s.grad_clip)
+            sums = _backward_share(policy, critic, mini_data, s, norm, autocast, tally)
+            finite = distributed.all_true(sums is not None)  # one rank's NaN skips it for all
+            distributed.sum_gradients(_trainable(policy, critic))
+            norms = _clip(policy, critic, s.grad_clip)  # of the summed, whole-batch gradient
             finite = finite and all(math.isfinite(n) for n in norms.values())
             if finite:
                 for opt in optimizers.values():
                     opt.step()
                 steps += 1
-                tally.add({**norms, **sums}, 1.0)
+                tally.add(norms, 1.0)
+                for key, value in sums.items():
+                    totals[key] += value
             else:
                 skipped += 1
             for opt in optimizers.values():
                 opt.zero_grad(set_to_none=True)
     policy.eval()
-    metrics = tally.means()
+    metrics = tally.global_means()
+    if steps:  # a mini-batch's value is the sum of the ranks' shares; averaged over the steps
+        metrics.update({k: v / steps for k, v in distributed.sum_dicts(totals).items()})
     metrics.update({"actor/skipped_steps": float(skipped), "actor/optimizer_steps": float(steps)})
     return metrics
+
+
+def _trainable(policy, critic) -> list[torch.nn.Parameter]:
+    models = [policy] if critic is None else [policy, critic]
+    return [p for model in models for p in model.parameters() if p.requires_grad]
 
 
 def _clip(policy, critic, max_norm: float) -> dict[str, float]:

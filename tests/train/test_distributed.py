@@ -1,0 +1,223 @@
+"""Data parallel on CPU (gloo) with the tiny model, launched by torchrun as a user would:
+2 processes train what 1 process trains, resume from their own checkpoint, run as two
+"machines" on 127.0.0.1, and refuse a rollout they cannot split evenly.
+
+The 1-process reference runs in this process; every torchrun launch is a subprocess with
+OMP_NUM_THREADS=1, as torchrun itself sets for several processes per machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ragen import config
+from ragen.cli import main
+from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.train.trainer import Trainer
+
+RUN = [
+    "model.spec=tiny",
+    "rollout.groups=4",  # 2 groups per rank
+    "rollout.group_size=2",
+    "rollout.max_reply_tokens=6",  # the random model never closes a reply: 6 tokens each
+    "rollout.reward_terms.think_tokens=0.01",  # returns differ inside groups: a real filter
+    "algo.kl_coef=0.01",  # reference log-probs are scored in shares too
+    "trainer.mini_batch_size=4",  # the 4 kept episodes: each rank back-propagates 2 of them
+    "trainer.micro_batch_size=1",
+    "trainer.ppo_epochs=2",
+    "trainer.actor_lr=1e-3",
+    "trainer.critic_lr=1e-3",
+    "trainer.eval_every=2",
+    "trainer.eval_episodes=3",  # shared unevenly: 1 seed and 2 seeds
+    "env.eval_names=[sokoban]",
+    "monitor.template_every=2",  # rank 0 measures template collapse on every group
+    "trainer.save_every=2",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
+# Weights of the 2-process run equal the 1-process ones up to the order in which float32
+# gradients are summed (rank shares added, then reduced, instead of one running sum): 3.6e-7
+# at most here, after 2 steps (4 AdamW steps) and after 4. A real mistake (a rank that trains
+# on its own gradient, a lost micro-batch, optimiser state not restored on resume) moves
+# AdamW weights by a good share of the learning rate, 1e-3 (without the gradient sum: 7.5e-3
+# after 2 steps): the tolerance sits far between.
+WEIGHT_ATOL = 1e-5
+# Metrics follow the weights to float rounding, relatively; collapse/mi_estimate is a small
+# difference (1e-4 nats here) of log-likelihoods of about 60 nats, so it carries their
+# absolute rounding, about 1e-6 after 4 steps.
+METRIC_ATOL = 1e-5
+# Clip fractions count tokens on one side of a comparison; a token where the two sides tie
+# to float precision (the first mini-batch, where new and old values are equal) may land on
+# either. One token of the 2 epochs x 4 episodes x 6 reply tokens counted:
+ONE_TOKEN = 1 / 48
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _torchrun_cmd(launch: list[str], args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "ragen", "train", *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _torchrun(launch: list[str], args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _torchrun_cmd(launch, args), capture_output=True, text=True, timeout=600, env=_env()
+    )
+
+
+TWO_PROCESSES = ["--standalone", "--nproc_per_node", "2"]
+
+
+def _ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _weights(run: RunDir, step: int) -> dict[str, torch.Tensor]:
+    folder = run.checkpoint(step)
+    policy = load_file(folder / "model.safetensors")
+    critic = load_file(folder / "critic_trainable.safetensors")
+    return {
+        **{f"policy.{k}": v for k, v in policy.items()},
+        **{f"critic.{k}": v for k, v in critic.items()},
+    }
+
+
+def _max_difference(a: RunDir, b: RunDir, step: int) -> float:
+    wa, wb = _weights(a, step), _weights(b, step)
+    assert wa.keys() == wb.keys()
+    return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+
+
+def _assert_same_metrics(got: RunDir, want: RunDir, steps: int) -> None:
+    """``got`` logged each of ``steps`` steps once, with every metric but the wall-clock ones
+    equal to those of ``want``'s first steps, up to float rounding."""
+    records = [read_jsonl(got.metrics).records, read_jsonl(want.metrics).records[:steps]]
+    assert [r["step"] for r in records[0]] == [r["step"] for r in records[1]] == list(range(steps))
+    for g, w in zip(*records, strict=True):
+        g, w = ({k: v for k, v in r.items() if not k.startswith(("time", "perf/"))} for r in (g, w))
+        assert g.keys() == w.keys()
+        for key, value in w.items():
+            if "clipfrac" in key:
+                assert abs(g[key] - value) <= ONE_TOKEN + 1e-9, key
+            else:
+                assert g[key] == pytest.approx(value, rel=1e-5, abs=METRIC_ATOL), key
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> RunDir:
+    """The reference: 4 steps in one process, checkpoints after steps 2 and 4."""
+    cfg = config.load("sokoban", [*RUN, "trainer.steps=4"])
+    run = create_run_dir(tmp_path_factory.mktemp("one") / "run", cfg)
+    Trainer(cfg, run).train()
+    return run
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory) -> RunDir:
+    """2 steps of the same run in 2 processes."""
+    run = RunDir(tmp_path_factory.mktemp("two") / "run")
+    _ok(_torchrun(TWO_PROCESSES, ["sokoban", *RUN, "trainer.steps=2", "--out", str(run.root)]))
+    return run
+
+
+def test_two_processes_train_what_one_process_trains(one_process, two_processes):
+    assert _max_difference(two_processes, one_process, 2) <= WEIGHT_ATOL
+    _assert_same_metrics(two_processes, one_process, steps=2)
+    for step in (0, 1):  # rank 0 wrote every episode of both ranks, in group order
+        got = read_jsonl(two_processes.trajectory_file(step)).records
+        assert got == read_jsonl(one_process.trajectory_file(step)).records
+        assert [e["group"] for e in got] == [0, 0, 1, 1, 2, 2, 3, 3]
+    evals = [read_jsonl(r.evals).records for r in (two_processes, one_process)]
+    assert [{**e, "seconds": 0} for e in evals[0]] == [{**e, "seconds": 0} for e in evals[1][:1]]
+
+
+def test_two_processes_resume_from_their_checkpoint(one_process, two_processes, tmp_path):
+    run = RunDir(tmp_path / "resumed")
+    shutil.copytree(two_processes.root, run.root)
+    _ok(_torchrun(TWO_PROCESSES, ["--resume", str(run.root), "trainer.steps=4"]))
+    assert _max_difference(run, one_process, 4) <= WEIGHT_ATOL
+    _assert_same_metrics(run, one_process, steps=4)
+
+
+def test_two_machines_on_localhost_train_together(one_process, tmp_path):
+    run = RunDir(tmp_path / "run")
+    endpoint = f"127.0.0.1:{_free_port()}"
+    args = ["sokoban", *RUN, "trainer.steps=2", "--out", str(run.root)]
+    nodes = [
+        subprocess.Popen(
+            _torchrun_cmd(
+                [
+                    "--nnodes",
+                    "2",
+                    "--nproc_per_node",
+                    "1",
+                    "--node-rank",
+                    str(node),
+                    "--rdzv-backend",
+                    "c10d",
+                    "--rdzv-endpoint",
+                    endpoint,
+                ],
+                args,
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        for node in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    for node, (_, err) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, err[-3000:]
+    assert _max_difference(run, one_process, 2) <= WEIGHT_ATOL
+    _assert_same_metrics(run, one_process, steps=2)
+
+
+def test_groups_that_do_not_split_over_the_processes_are_refused(tmp_path):
+    out = tmp_path / "never"
+    proc = _torchrun(TWO_PROCESSES, ["sokoban", *RUN, "rollout.groups=3", "--out", str(out)])
+    assert proc.returncode != 0
+    assert (
+        "ragen: rollout.groups=3 cannot be split evenly over 2 processes: set rollout.groups=4 "
+        "(a multiple of 2) or launch a process count that divides 3"
+    ) in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not an integer >= 1: launch with torchrun"),
+        (
+            {"WORLD_SIZE": "2"},
+            "WORLD_SIZE is set but not RANK, MASTER_ADDR, MASTER_PORT: launch with torchrun",
+        ),
+    ],
+)
+def test_a_broken_launch_environment_is_one_line_with_the_fix(
+    env, message, monkeypatch, tmp_path, capsys
+):
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "never"
+    assert main(["train", "sokoban", "model.spec=tiny", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
