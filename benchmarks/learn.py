@@ -46,6 +46,28 @@ def evaluate_all(trainer: Trainer, n: int, temperature: float) -> dict[str, dict
     return out
 
 
+def prepend_base_and_final(summary: Path, result: dict) -> None:
+    """Put the base-vs-final table on top of the report's summary.md: the run's own
+    metrics hold only the evaluations made during training, not the base model's."""
+    n, temp = result["eval_seeds"], result["eval_temperature"]
+    lines = [
+        f"# {result['preset']}: base model against the trained one",
+        "",
+        f"`{result['command']}`: {result['steps']} steps in {result['train_minutes']:.1f} min,"
+        f" evaluated on {n} fixed seeds per env at T={temp:g}.",
+        "",
+        "| env | base success | final success | base format-ok | final format-ok |",
+        "|---|---|---|---|---|",
+    ]
+    for env, before in result["base"].items():
+        after = result["final"][env]
+        lines.append(
+            f"| {env} | {before['success']:.2%} | {after['success']:.2%} "
+            f"| {before['format_ok']:.2%} | {after['format_ok']:.2%} |"
+        )
+    summary.write_text("\n".join(lines) + "\n\n" + summary.read_text())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("preset", help="preset name, e.g. bandit")
@@ -81,9 +103,11 @@ def main() -> None:
     docs = DOCS / f"learn-{args.preset}"
     shutil.rmtree(docs, ignore_errors=True)
     write_report([run.root], docs)
+    command = [args.preset, *args.overrides, f"--minutes {args.minutes:g}"]
+    command += [f"--eval-n {args.eval_n}", f"--temperature {args.temperature:g}"]
     result = {
         "preset": args.preset,
-        "command": "python benchmarks/learn.py " + " ".join([args.preset, *args.overrides]),
+        "command": "python benchmarks/learn.py " + " ".join(command),
         "minutes_budget": args.minutes,
         "train_minutes": round(train_s / 60, 2),
         "steps": steps,
@@ -92,7 +116,7 @@ def main() -> None:
         "base": base,
         "final": final,
         "run_dir": str(run.root),
-        "report": str(docs),
+        "report": str(docs.relative_to(DOCS.parent)),
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "cores": os.cpu_count(),
@@ -101,6 +125,7 @@ def main() -> None:
         },
         "date": stamp,
     }
+    prepend_base_and_final(docs / "summary.md", result)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"learn_{args.preset}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
