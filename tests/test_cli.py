@@ -121,7 +121,7 @@ def test_monitor_report_and_view_run_from_the_command_line(tmp_path, capsys):
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["monitor", str(run)]) == 0
     printed = capsys.readouterr().out
-    assert "WARNING rollout/reward_std" in printed and "COLLAPSE rollout/reward_mean" in printed
+    assert "WARNING rollout/reward_std" in printed and "COLLAPSE rollout/success" in printed
     assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "summary.md").is_file()
     assert main(["view", str(tmp_path / "nothing")]) == 2

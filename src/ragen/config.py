@@ -210,7 +210,7 @@ class MonitorConfig:
     act_on: Literal["warning", "collapse"] = "collapse"
     """Which alerts trigger the action: confirmed collapses only, or early warnings too."""
     warmup_steps: int = opt(10, ge=0)
-    """Steps seen before any alert; the reward's starting level is its EMA at this point."""
+    """Steps seen before any alert; the success rate's starting level is its EMA here."""
     ema_alpha: float = opt(0.1, gt=0.0, le=1.0)
     """Weight of one step in the EMA baselines (0.1 averages over about 10-20 steps); a
     metric logged every k steps weighs as k steps."""
@@ -233,8 +233,8 @@ class MonitorConfig:
     """No reward-std or entropy warning while the rollout success (EMA) is at least this: a
     solved task has no variance left to lose."""
     reward_drop: float = opt(0.3, gt=0.0, le=1.0)
-    """Collapse when the reward (EMA) has given back this share of its rise from the
-    warm-up level to its peak."""
+    """Collapse when the success rate (EMA; the reward in a run that logs no success) has
+    given back this share of its rise from the warm-up level to its peak."""
     grad_spike: float = opt(10.0, gt=1.0)
     """Collapse when one step's gradient norm exceeds this multiple of the running median."""
     grad_window: int = opt(50, ge=5)

@@ -3,15 +3,19 @@ collapsing ones, exact across a save and restore."""
 
 import dataclasses
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ragen import config
 from ragen.monitor.collapse import (
+    ENTROPY,
     GRAD_NORM,
     MI,
     REWARD,
     REWARD_STD,
+    SUCCESS,
     Alert,
     CollapseDetector,
     MonitorConfig,
@@ -30,8 +34,9 @@ def test_healthy_noisy_runs_raise_nothing(seed):
 def test_collapse_is_warned_before_the_reward_falls(seed):
     alerts = replay(streams.collapsing(seed))
     warnings = [a for a in alerts if a.kind == "warning"]
-    reward = [a for a in alerts if a.signal == REWARD]
+    reward = [a for a in alerts if a.signal == SUCCESS]  # success is logged: it is watched
     assert warnings and len(reward) == 1, [a.line() for a in alerts]
+    assert not [a for a in alerts if a.signal == REWARD]
     assert reward[0].kind == "collapse"
     first_warning = warnings[0]
     assert first_warning.signal == REWARD_STD
@@ -155,3 +160,42 @@ def test_monitor_config_is_documented_and_range_checked():
         config._build(MonitorConfig, {"action": "panic"}, "monitor.")
     with pytest.raises(config.ConfigError, match=r"monitor\.std_drop"):
         config._check_ranges(MonitorConfig(std_drop=1.5), "monitor.")
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def _recorded(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / name).read_text().splitlines()]
+
+
+def test_recorded_bandit_runs_with_the_cpu_preset_settings():
+    # Two real CPU runs of the embedded model on Bandit (metrics.jsonl, detector fields kept).
+    cpu = config.load("bandit").monitor
+    # StarPO-S with GRPO at lr 3e-4: rollout success 19% -> 59% at step 5, then 0% from
+    # step 6; the entropy fell to 0.04 at step 5, before it.
+    alerts = replay(_recorded("bandit_starpo_s_grpo_lr3e-4.jsonl"), cpu)
+    assert [(a.step, a.kind, a.signal) for a in alerts] == [
+        (5, "warning", ENTROPY),
+        (7, "collapse", SUCCESS),
+    ]
+    # PPO at lr 1e-4: solved from step 1 on (the entropy falls for a good reason): quiet.
+    assert replay(_recorded("bandit_ppo_lr1e-4.jsonl"), cpu) == []
+    # The defaults, made for 200-step runs, see nothing in 8 steps.
+    assert replay(_recorded("bandit_starpo_s_grpo_lr3e-4.jsonl")) == []
+
+
+def test_success_not_the_noisy_reward_marks_a_collapse():
+    # Bandit's risky arm pays 1 one time in 4: a policy that always picks it (success 1)
+    # sees its mean reward over 32 episodes swing by about 0.08 from step to step.
+    cpu = config.load("bandit").monitor
+    rng = np.random.default_rng(0)
+    records = [
+        {"step": s, REWARD: rng.binomial(32, 0.25) / 32 if s >= 3 else 0.05, SUCCESS: 1.0}
+        for s in range(60)
+    ]
+    records[:3] = [{"step": s, REWARD: 0.05, SUCCESS: 0.2} for s in range(3)]
+    assert replay(records, cpu) == []
+    # Watching that reward instead, the fast CPU baselines would call the noise a collapse.
+    no_success = [{k: v for k, v in r.items() if k != SUCCESS} for r in records]
+    assert {(a.kind, a.signal) for a in replay(no_success, cpu)} == {("collapse", REWARD)}

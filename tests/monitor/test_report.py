@@ -176,7 +176,7 @@ def test_monitor_command_prints_one_line_per_alert(tmp_path, capsys):
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines and all(line.startswith("[step ") for line in lines)
-    assert any("COLLAPSE rollout/reward_mean" in line for line in lines)
+    assert any("COLLAPSE rollout/success" in line for line in lines)
     assert f"{len(lines)} alert(s) in 160 steps, 1 unreadable line(s) skipped" in err
     assert run_monitor(_args(add_monitor_arguments, [str(run.root), "--json"])) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -279,7 +279,7 @@ def test_monitor_stop_ends_the_run_with_a_checkpoint_and_logs_alerts(tmp_path):
         step += 1
     alerts = read_jsonl(run.alerts).records
     assert trainer.stopped_at == step - 1 and alerts[-1]["kind"] == "collapse"
-    assert alerts[-1]["signal"] == "rollout/reward_mean" and alerts[-1]["step"] == step - 1
+    assert alerts[-1]["signal"] == "rollout/success" and alerts[-1]["step"] == step - 1
     trainer.maybe_checkpoint(trainer.stopped_at)
     state = json.loads((run.checkpoint(step) / checkpoint.STATE_FILE).read_text())
     assert state["monitor"] == trainer.detector.state_dict()

@@ -8,8 +8,14 @@ a running baseline and raises
 
 - a **warning** when a signal falls well below its running peak: the in-group reward std or
   the entropy while the reward still holds; reply diversity or the MI estimate at any time;
-- a **collapse** when the reward has given back a set share of its rise since warm-up, or the
-  gradient norm jumps far above its running median.
+- a **collapse** when the success rate has given back a set share of its rise since warm-up
+  (the reward, where a run logs no success), or the gradient norm jumps far above its
+  running median.
+
+Success rather than reward: the reward also carries the env's payoff noise (Bandit's risky
+arm pays 1 one time in 4, so a policy that always picks it sees its reward swing by ±0.2
+between steps) and any shaping terms, while success is what the task asks and what the
+evaluation measures.
 
 Baselines are debiased exponential moving averages (EMA) of the raw values, so one noisy step
 moves nothing. A fall must also exceed ``noise_margin`` standard deviations of the raw
@@ -175,9 +181,14 @@ class CollapseDetector:
         alerts += self._grad_spike(step, values.get(GRAD_NORM), warm)
         return alerts
 
+    def _outcome(self) -> str:
+        """The metric whose fall is a collapse: success when the run logs it, else reward."""
+        return SUCCESS if SUCCESS in self.tracks else REWARD
+
     def _reward_collapse(self, step: int, values: dict) -> list[Alert]:
-        track = self.tracks.get(REWARD)
-        if track is None or REWARD not in values or track.count < _MIN_OBSERVATIONS:
+        name = self._outcome()
+        track = self.tracks.get(name)
+        if track is None or name not in values or track.count < _MIN_OBSERVATIONS:
             return []
         rise = max(0.0, track.peak - track.base)
         need = max(self.config.reward_drop * rise, self.config.noise_margin * track.noise)
@@ -185,10 +196,10 @@ class CollapseDetector:
         if not _crossed(track, fall, need):
             return []
         message = (
-            f"reward {track.ema:.4g} fell {fall:.4g} from its peak {track.peak:.4g} "
-            f"(start {track.base:.4g}; threshold {need:.4g})"
+            f"{name.split('/')[-1]} {track.ema:.4g} fell {fall:.4g} from its peak "
+            f"{track.peak:.4g} (start {track.base:.4g}; threshold {need:.4g})"
         )
-        return [Alert(step, "collapse", REWARD, track.ema, track.peak, message)]
+        return [Alert(step, "collapse", name, track.ema, track.peak, message)]
 
     def _falls(self, step: int, values: dict) -> list[Alert]:
         alerts = []
@@ -213,10 +224,10 @@ class CollapseDetector:
         return alerts
 
     def _holds(self) -> bool:
-        """The reward has not collapsed and the task is not solved (std and entropy then
+        """The outcome has not collapsed and the task is not solved (std and entropy then
         fall for a good reason)."""
-        reward, success = self.tracks.get(REWARD), self.tracks.get(SUCCESS)
-        collapsed = reward is not None and reward.active
+        outcome, success = self.tracks.get(self._outcome()), self.tracks.get(SUCCESS)
+        collapsed = outcome is not None and outcome.active
         solved = success is not None and success.ema >= self.config.solved_success
         return not collapsed and not solved
 
