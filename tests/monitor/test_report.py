@@ -8,7 +8,7 @@ import matplotlib.image
 import pytest
 
 from ragen.monitor import report
-from ragen.monitor.collapse import Alert
+from ragen.monitor.collapse import Alert, MonitorConfig, replay
 from ragen.monitor.commands import (
     add_monitor_arguments,
     add_report_arguments,
@@ -241,3 +241,18 @@ def test_report_on_a_real_tiny_run(tmp_path):
     [curve] = report.plot_data([data])["entropy"]["entropy (nats)"]
     assert curve.steps == [0, 1, 2]
     assert curve.raw == [r["actor/entropy"] for r in data.records]
+
+
+def test_report_can_replay_alerts_with_other_detector_settings(tmp_path):
+    records = streams.collapsing(0)
+    run = _run(tmp_path, "r", records, alerts=HAND_ALERTS)
+    assert report.load_run(run.root).alerts == HAND_ALERTS  # the run's own alerts.jsonl
+    replayed = report.load_run(run.root, replay_with=["std_drop=0.99"])
+    assert replayed.alerts == replay(records, MonitorConfig(std_drop=0.99))
+    assert replayed.alerts_source == "replayed std_drop=0.99"
+    out = tmp_path / "out"
+    args = _args(
+        add_report_arguments, [str(run.root), "--out", str(out), "--replay", "std_drop=0.99"]
+    )
+    assert run_report(args) == 0
+    assert "(replayed std_drop=0.99)" in (out / "summary.md").read_text()

@@ -75,6 +75,13 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.1,
         help="EMA weight of one step in the solid curves (1 = no smoothing; default 0.1)",
     )
+    parser.add_argument(
+        "--replay",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="recompute every run's alerts with these detector settings over its own "
+        "(alerts.jsonl ignored), e.g. --replay ema_alpha=0.5 warmup_steps=3",
+    )
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -88,7 +95,7 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         out = Path("runs") / f"report-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     try:
-        written = write_report(args.run_dirs, out, alpha=args.smoothing)
+        written = write_report(args.run_dirs, out, alpha=args.smoothing, replay_with=args.replay)
     except (ConfigError, RunDirError) as err:
         print(f"ragen: {err}", file=sys.stderr)
         return EXIT_USAGE

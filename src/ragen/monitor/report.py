@@ -108,9 +108,13 @@ class RunData:
     """Torn or junk lines of metrics.jsonl that were skipped."""
 
 
-def load_run(root: str | Path, monitor: MonitorConfig | None = None) -> RunData:
+def load_run(
+    root: str | Path, monitor: MonitorConfig | None = None, replay_with: Sequence[str] | None = None
+) -> RunData:
     """Read a run's metrics and alerts; without alerts.jsonl the alerts are recomputed by
-    replaying the metrics through the detector (``monitor``, else the run's own config)."""
+    replaying the metrics through the detector (``monitor``, else the run's own config).
+    ``replay_with`` (``key=value`` detector settings over the run's own, possibly none)
+    replays every run, alerts.jsonl or not: to read old runs with other thresholds."""
     run = RunDir(Path(root))
     if not run.metrics.is_file():
         raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
@@ -118,7 +122,10 @@ def load_run(root: str | Path, monitor: MonitorConfig | None = None) -> RunData:
     records = sorted(
         (r for r in read.records if isinstance(r.get("step"), int)), key=lambda r: r["step"]
     )
-    if run.alerts.is_file():
+    if replay_with is not None:
+        alerts = replay(records, monitor_config_from_file(run.config, replay_with))
+        source = " ".join(["replayed", *replay_with])
+    elif run.alerts.is_file():
         fields = Alert.__dataclass_fields__.keys()
         alerts = [
             Alert.from_record(r) for r in read_jsonl(run.alerts).records if fields <= r.keys()
@@ -373,10 +380,11 @@ def write_report(
     *,
     alpha: float = DEFAULT_SMOOTHING,
     monitor: MonitorConfig | None = None,
+    replay_with: Sequence[str] | None = None,
 ) -> list[Path]:
     """Write ``out``/PLOT.png for every plot with data, and ``out``/summary.md; returns the
-    paths written."""
-    runs = [load_run(root, monitor) for root in roots]
+    paths written. ``replay_with``: see `load_run`."""
+    runs = [load_run(root, monitor, replay_with) for root in roots]
     if len({r.name for r in runs}) != len(runs):
         # the legend tells runs apart by name: runs/a/seed0 and runs/b/seed0 become a/seed0
         for run in runs:
