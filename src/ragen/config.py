@@ -159,6 +159,10 @@ class TrainerConfig:
     """Adam learning rate of the policy."""
     critic_lr: float = opt(1e-5, gt=0.0)
     """Adam learning rate of the critic."""
+    lr_warmup_steps: int = opt(0, ge=0)
+    """Steps over which both learning rates rise linearly: step s (from 0) uses (s+1)/(k+1)
+    of them; 0 starts at the full rates. Adam's first steps move every weight by about the
+    learning rate whatever the gradient's size, so they are the ones that can break a model."""
     adam_beta1: float = opt(0.9, ge=0.0, lt=1.0)
     """Adam beta1."""
     adam_beta2: float = opt(0.999, ge=0.0, lt=1.0)

@@ -92,13 +92,16 @@ def test_training_changes_weights_and_writes_the_run(tmp_path):
 
 
 def test_resume_replays_the_uninterrupted_run(tmp_path):
-    straight, run_a = _train(tmp_path, "a", "trainer.steps=4", "trainer.save_every=2")
-    _train(tmp_path, "b", "trainer.steps=2", "trainer.save_every=2")
-    resumed, run_b = _train(tmp_path, "b", "trainer.steps=4", "trainer.save_every=2", resume=True)
+    # The warm-up outlasts the first run, so the resumed half must pick the schedule up.
+    warm = ("trainer.save_every=2", "trainer.lr_warmup_steps=3")
+    straight, run_a = _train(tmp_path, "a", "trainer.steps=4", *warm)
+    _train(tmp_path, "b", "trainer.steps=2", *warm)
+    resumed, run_b = _train(tmp_path, "b", "trainer.steps=4", *warm, resume=True)
     assert resumed.start_step == 2
     a = [_stable(r) for r in read_jsonl(run_a.metrics).records]
     b = [_stable(r) for r in read_jsonl(run_b.metrics).records]
     assert a == b
+    assert [r["actor/lr"] for r in a] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
     wa, wb = straight.m.policy.state_dict(), resumed.m.policy.state_dict()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     ca, cb = straight.m.critic.state_dict(), resumed.m.critic.state_dict()

@@ -32,6 +32,7 @@ from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
 from ragen.train import checkpoint, distributed
 from ragen.train.evaluator import EvalRequest, evaluate
+from ragen.train.schedule import lr_scale
 from ragen.train.scoring import policy_logprobs, score_batch
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
 
@@ -298,9 +299,12 @@ class Trainer:
             temperature=self.config.rollout.temperature,
             autocast_dtype=self._autocast_dtype(),
         )
-        return ppo_update(
+        scale = self._set_learning_rates(step)
+        metrics = ppo_update(
             self.m.policy, self.m.critic, self.m.optimizers, data, settings, seed=t.seed + step
         )
+        metrics["actor/lr"] = t.actor_lr * scale
+        return metrics
 
     def maybe_evaluate(self, step: int, last: bool = False) -> dict[str, float]:
         """Every ``trainer.eval_every`` steps and after the last: fixed seeds, eval temperature."""
@@ -381,20 +385,27 @@ class Trainer:
             target, policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
         )
         self.rollbacks += 1
-        self._apply_rollback_changes(self.rollbacks)
+        self._apply_rollback_filter(self.rollbacks)
+        self._set_learning_rates(step + 1)
         say(
             f"[step {step}] rolled back to {target.name} (rollback {self.rollbacks} of "
             f"{mon.max_rollbacks}); learning rates x{mon.rollback_lr_scale**self.rollbacks:g}"
         )
 
-    def _apply_rollback_changes(self, rollbacks: int) -> None:
-        """Learning rates scaled once per rollback (from the configured ones, so a resume
-        gives the same values), and the stronger filter if one is configured."""
+    def _set_learning_rates(self, step: int) -> float:
+        """Set both optimisers' rates for ``step`` from the configured ones (warm-up, then
+        one cut per rollback), so a resumed run sets the same values; returns the scale."""
         mon, t = self.config.monitor, self.config.trainer
+        scale = lr_scale(step, t.lr_warmup_steps, self.rollbacks, mon.rollback_lr_scale)
         base = {"actor": t.actor_lr, "critic": t.critic_lr}
         for name, opt in self.m.optimizers.items():
             for group in opt.param_groups:
-                group["lr"] = base[name] * mon.rollback_lr_scale**rollbacks
+                group["lr"] = base[name] * scale
+        return scale
+
+    def _apply_rollback_filter(self, rollbacks: int) -> None:
+        """After a rollback, the stronger filter if one is configured."""
+        mon = self.config.monitor
         if rollbacks and mon.rollback_filter_ratio is not None:
             self.config.algo.filter_ratio = mon.rollback_filter_ratio
 
@@ -456,8 +467,8 @@ class Trainer:
         self.eval_success = state.get("eval_success")
         if self.detector is not None and "monitor" in state:
             self.detector.load_state_dict(state["monitor"])
-        if self.rollbacks:
-            self._apply_rollback_changes(self.rollbacks)
+        self._apply_rollback_filter(self.rollbacks)
+        self._set_learning_rates(step)
         if distributed.is_main():
             truncate_after(self.run, step)
         return step
