@@ -3,13 +3,17 @@ model is converted fresh (once per session) and no user cache is read or written
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
 _HOME = tempfile.mkdtemp(prefix="ragen-test-home-")
 os.environ["RAGEN_HOME"] = _HOME
+# The converted model takes half a gigabyte: a session that kept its home filled the disk.
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
