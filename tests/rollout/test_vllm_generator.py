@@ -150,3 +150,26 @@ def test_engine_follows_in_place_weight_updates(tiny):
             _assert_close(a, b)
     finally:
         gen.close()
+
+
+def test_lora_policies_are_saved_merged(tiny, tmp_path):
+    # What the engine loads for a LoRA policy: the merged weights, as plain transformers
+    # names, while the trained model keeps its adapters.
+    from transformers import AutoModelForCausalLM
+
+    from ragen.rollout.vllm_generator import save_weights
+
+    _, tokenizer = tiny
+    policy = models.apply_lora(_small_llama(tokenizer), 4, 8, ["q_proj", "v_proj"])
+    with torch.no_grad():  # a trained adapter: B starts at zero, which would merge to nothing
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    save_weights(policy, str(tmp_path))
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = torch.tensor([list(range(400, 420))])
+    with torch.no_grad():
+        want, got = policy(ids).logits, merged(ids).logits
+    assert torch.allclose(want, got, atol=1e-4)
+    assert not torch.allclose(got, _small_llama(tokenizer)(ids).logits, atol=1e-2)
+    assert any("lora_" in name for name, _ in policy.named_parameters())

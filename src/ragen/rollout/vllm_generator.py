@@ -49,11 +49,12 @@ from ragen.rollout.generator import (
 # Backend name → the vLLM platform it must run on.
 PLATFORMS = {"vllm": "gpu", "vllm-cpu": "cpu"}
 # KV cache the engine may hold. Explicit, because left to itself vLLM takes most of the free
-# memory (90 % of the GPU, or of the CPU's NUMA node), which the trainer needs too.
+# memory (90 % of the GPU, or of the CPU's NUMA node), which the trainer needs too. On CPU,
+# vLLM's own VLLM_CPU_KVCACHE_SPACE (GiB) still overrides it.
 _KV_CACHE_BYTES = 2 * 2**30
 # KV block size on CPU. Prefix caching reuses whole blocks only, so each later turn prefills
-# again the part of its context past the last full block: vLLM's CPU default of 128 tokens
-# re-prefilled 8.5k tokens of the Sokoban benchmark where hf prefilled 4.5k. The CPU
+# again the part of its context past the last full block. On the Sokoban benchmark's
+# episodes vLLM's CPU default of 128 prefilled 8,539 tokens, 32 prefilled 6,619. The CPU
 # attention kernels want a multiple of 32.
 _CPU_BLOCK_SIZE = 32
 # Longest dialogue the engine accepts when the model declares no maximum.
