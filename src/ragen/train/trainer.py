@@ -467,8 +467,7 @@ class Trainer:
         self.eval_success = state.get("eval_success")
         if self.detector is not None and "monitor" in state:
             self.detector.load_state_dict(state["monitor"])
-        self._apply_rollback_filter(self.rollbacks)
-        self._set_learning_rates(step)
+        self._apply_rollback_filter(self.rollbacks)  # the rates are set by every update
         if distributed.is_main():
             truncate_after(self.run, step)
         return step
