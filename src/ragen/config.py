@@ -71,6 +71,12 @@ class EnvConfig:
     """Environments evaluated every trainer.eval_every steps; empty means the training env."""
 
 
+# The generator backends, named once: the config field, `ragen eval --backend` and
+# make_generator all read them from here.
+RolloutBackend = Literal["hf", "naive", "vllm", "vllm-cpu"]
+BACKENDS: tuple[str, ...] = get_args(RolloutBackend)
+
+
 @dataclass
 class RolloutConfig:
     groups: int = opt(8, ge=1)
@@ -104,7 +110,7 @@ class RolloutConfig:
     """Where rewards land: the episode's last reply token, or each turn's last reply token."""
     reuse_k: int = opt(1, ge=1)
     """Updates per rollout set ("online-k"); 1 means fresh rollouts every update."""
-    backend: Literal["hf", "naive", "vllm", "vllm-cpu"] = "hf"
+    backend: RolloutBackend = "hf"
     """Generator: hf (KV cache kept across turns, shared group prefill), naive (reference), or
     a vLLM engine: vllm-cpu (`make vllm-cpu-env`) or vllm (GPU build)."""
 

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-BACKENDS = ("hf", "naive", "vllm", "vllm-cpu")
+from ragen.config import BACKENDS
+
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 
