@@ -17,6 +17,11 @@ from ragen import models
 from ragen.rollout.generator import (
     Request,
     Stopper,
+    _Batch,
+    _drop_rows,
+    _padded_cache,
+    _row_kv,
+    _spans,
     choose,
     make_generator,
     row_generators,
@@ -210,6 +215,38 @@ def test_choose_greedy_top_p_and_frequencies():
     assert torch.allclose(logprobs.exp(), probs[tokens])  # log-probs before truncation
     tokens, _ = choose(logits * 0.5, row_generators(2, range(4000)), 0.5, 1.0)  # T rescales logits
     assert torch.allclose(torch.bincount(tokens, minlength=4) / 4000, probs, atol=0.03)
+
+
+def test_choose_draws_gumbel_noise_from_each_row_generator():
+    logits = torch.randn(3, 50)  # (B, V)
+    tokens, _ = choose(logits, row_generators(5, range(3)), 0.7, 1.0)
+    noise = torch.stack([torch.rand(50, generator=g) for g in row_generators(5, range(3))])
+    expected = (torch.log_softmax(logits / 0.7, -1) - torch.log(-torch.log(noise))).argmax(-1)
+    assert torch.equal(tokens, expected)
+
+
+def test_spans_of_a_column_mask():
+    mask = torch.tensor([0, 1, 1, 0, 0, 1, 0], dtype=torch.bool)
+    assert _spans(mask) == [(1, 3), (5, 6)]
+    assert _spans(torch.ones(3, dtype=torch.bool)) == [(0, 3)]
+    assert _spans(torch.zeros(2, dtype=torch.bool)) == []
+
+
+def test_finished_rows_leave_the_batch_and_live_rows_keep_their_caches():
+    rows, width = 5, 7
+    sources = [torch.randn(2, 2, 1, 3 + b, 4) for b in range(rows)]  # (layers, 2, H, L, D)
+    lengths = torch.tensor([3 + b for b in range(rows)])
+    mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # (B, K)
+    cache = _padded_cache(sources, width, width + 2)
+    batch = _Batch(list(range(10, 15)), cache, mask, lengths.clone(), torch.zeros(rows, 3))
+    tokens = _drop_rows(batch, [1, 4], torch.arange(rows))
+    # Rows 1 and 4 finished: row 3, the last live one, moves into row 1's place.
+    assert batch.index == [10, 13, 12]
+    assert tokens.tolist() == [0, 3, 2]
+    assert batch.positions.tolist() == [3, 6, 5]
+    assert [layer.keys.shape[0] for layer in batch.cache.layers] == [3, 3]
+    for new, old in enumerate([0, 3, 2]):
+        assert torch.equal(_row_kv(batch.cache, new, batch.mask[new]), sources[old])
 
 
 def test_weight_updates_invalidate_caches(tiny):
