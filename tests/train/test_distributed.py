@@ -10,10 +10,14 @@ OMP_NUM_THREADS=1, as torchrun itself sets for several processes per machine."""
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,20 +139,26 @@ def _assert_same_metrics(got: RunDir, want: RunDir, steps: int) -> None:
                 assert g[key] == pytest.approx(value, rel=1e-5, abs=METRIC_ATOL), key
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One thread like the torchrun processes: with two, the matmuls split their sums
+    differently, and Adam's first steps (about lr * sign(grad)) turn a sign flip of a
+    near-zero gradient into a weight difference of 1e-5 (seen with CI's default threads)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory) -> RunDir:
     """The reference: 4 steps in one process, checkpoints after steps 2 and 4."""
     cfg = config.load("sokoban", [*RUN, "trainer.steps=4"])
     run = create_run_dir(tmp_path_factory.mktemp("one") / "run", cfg)
-    # One thread like the torchrun processes: with two, the matmuls split their sums
-    # differently, and Adam's first steps (about lr * sign(grad)) turn a sign flip of a
-    # near-zero gradient into a weight difference of 1e-5 (seen with CI's default threads).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():
         Trainer(cfg, run).train()
-    finally:
-        torch.set_num_threads(threads)
     return run
 
 
@@ -210,6 +220,28 @@ def test_two_fsdp_processes_resume_from_their_checkpoint(one_process, two_fsdp_p
     assert config.load(str(run.root / "config.yaml")).trainer.parallel == "fsdp"
     assert _max_difference(run, one_process, 4) <= WEIGHT_ATOL
     _assert_same_metrics(run, one_process, steps=4)
+
+
+def test_a_sharded_update_pads_uneven_shares_and_skips_a_non_finite_step(tmp_path):
+    script = Path(__file__).with_name("fsdp_update_script.py")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *TWO_PROCESSES,
+        str(script),
+        str(tmp_path),
+    ]
+    _ok(subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env()))
+    got = torch.load(tmp_path / "result.pt", weights_only=True)
+    with _one_thread():
+        weights, metrics = runpy.run_path(str(script))["update"](sharded=False)
+    # 2 epochs of 2 mini-batches; the one holding the non-finite row is skipped in each
+    assert metrics["actor/optimizer_steps"] == 2 and metrics["actor/skipped_steps"] == 2
+    assert got["metrics"] == pytest.approx(metrics, rel=1e-5, abs=METRIC_ATOL)
+    assert got["weights"].keys() == weights.keys()
+    worst = max(float((got["weights"][k] - weights[k]).abs().max()) for k in weights)
+    assert worst <= WEIGHT_ATOL
 
 
 @pytest.mark.parametrize(

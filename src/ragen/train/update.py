@@ -140,7 +140,8 @@ def _micro_batches(rows: int, s: UpdateSettings) -> list[tuple[torch.Tensor, boo
     (``ceil(rows / W)``); the others add passes over row 0 that do not count (weight 0).
     """
     mine = distributed.shard(rows)
-    micros = [(m, True) for m in torch.arange(mine.start, mine.stop).split(s.micro_batch_size)]
+    chunks = torch.arange(mine.start, mine.stop).split(s.micro_batch_size)
+    micros = [(m, True) for m in chunks if len(m)]  # a rank may hold no row: split gives ([],)
     if s.sharded:
         most = -(-rows // distributed.world_size())
         passes = -(-most // s.micro_batch_size)
