@@ -160,6 +160,11 @@ class TrainerConfig:
     """Seed of env levels, sampling and initialisation: same seed, same run."""
     device: str = "auto"
     """cpu, cuda, cuda:N, or auto (cuda when available)."""
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    """Data parallelism under torchrun: ddp keeps whole weights, gradients and optimiser states
+    on every process; fsdp (FSDP2) shards them over the processes, gathering the weights for
+    each pass, for models whose training state does not fit one device (the weights must).
+    No effect in one process."""
     update_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Autocast dtype of the update; auto picks bfloat16 where the device runs it natively."""
     actor_lr: float = opt(1e-6, gt=0.0)
@@ -472,9 +477,32 @@ def _check_combinations(c: Config) -> None:
             "a checkpoint inside a reuse window could not resume exactly; make save_every "
             "a multiple of reuse_k",
         )
+    _check_fsdp(c)
     if not (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:")):
         raise ConfigError(
             f"config: trainer.device={t.device!r} is not allowed: must be auto, cpu, cuda or cuda:N"
+        )
+
+
+def _check_fsdp(c: Config) -> None:
+    """What trainer.parallel=fsdp cannot run with."""
+    if c.trainer.parallel != "fsdp":
+        return
+    if c.model.lora_rank > 0:
+        raise _contradiction(
+            "trainer.parallel and model.lora_rank",
+            f"fsdp with lora_rank={c.model.lora_rank}",
+            "a checkpoint merges the adapters into a copy of the model, which FSDP2 cannot "
+            "make; LoRA keeps gradients and optimiser states small anyway: use "
+            "trainer.parallel=ddp with LoRA, or model.lora_rank=0",
+        )
+    if c.rollout.backend != "hf":
+        raise _contradiction(
+            "trainer.parallel and rollout.backend",
+            f"fsdp with {c.rollout.backend}",
+            "the naive backend's model.generate waits at every token for the other processes "
+            "once the model is sharded, and vLLM engines read whole weights from the model; "
+            "use rollout.backend=hf",
         )
 
 

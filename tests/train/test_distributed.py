@@ -1,6 +1,8 @@
 """Data parallel on CPU (gloo) with the tiny model, launched by torchrun as a user would:
 2 processes train what 1 process trains, resume from their own checkpoint, run as two
-"machines" on 127.0.0.1, and refuse a rollout they cannot split evenly.
+"machines" on 127.0.0.1, and refuse a rollout they cannot split evenly; the same for 2
+processes that shard the models with FSDP2 (trainer.parallel=fsdp), and the settings FSDP2
+refuses.
 
 The 1-process reference runs in this process; every torchrun launch is a subprocess with
 OMP_NUM_THREADS=1, as torchrun itself sets for several processes per machine."""
@@ -8,10 +10,14 @@ OMP_NUM_THREADS=1, as torchrun itself sets for several processes per machine."""
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +25,9 @@ from safetensors.torch import load_file
 
 from ragen import config
 from ragen.cli import main
+from ragen.config import ConfigError
 from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.train import fsdp
 from ragen.train.trainer import Trainer
 
 RUN = [
@@ -102,6 +110,20 @@ def _max_difference(a: RunDir, b: RunDir, step: int) -> float:
     return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
 
 
+def _optimizer_difference(a: RunDir, b: RunDir, step: int) -> float:
+    """Largest difference of the optimiser states, which must have the same layout."""
+    sa, sb = (torch.load(r.checkpoint(step) / "optimizer.pt", weights_only=True) for r in (a, b))
+    assert sa.keys() == sb.keys()
+    worst = 0.0
+    for key in sa:
+        assert sa[key]["param_groups"] == sb[key]["param_groups"]
+        assert sa[key]["state"].keys() == sb[key]["state"].keys()
+        for number, values in sa[key]["state"].items():
+            for name, value in values.items():
+                worst = max(worst, float((value - sb[key]["state"][number][name]).abs().max()))
+    return worst
+
+
 def _assert_same_metrics(got: RunDir, want: RunDir, steps: int) -> None:
     """``got`` logged each of ``steps`` steps once, with every metric but the wall-clock ones
     equal to those of ``want``'s first steps, up to float rounding."""
@@ -117,20 +139,26 @@ def _assert_same_metrics(got: RunDir, want: RunDir, steps: int) -> None:
                 assert g[key] == pytest.approx(value, rel=1e-5, abs=METRIC_ATOL), key
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One thread like the torchrun processes: with two, the matmuls split their sums
+    differently, and Adam's first steps (about lr * sign(grad)) turn a sign flip of a
+    near-zero gradient into a weight difference of 1e-5 (seen with CI's default threads)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory) -> RunDir:
     """The reference: 4 steps in one process, checkpoints after steps 2 and 4."""
     cfg = config.load("sokoban", [*RUN, "trainer.steps=4"])
     run = create_run_dir(tmp_path_factory.mktemp("one") / "run", cfg)
-    # One thread like the torchrun processes: with two, the matmuls split their sums
-    # differently, and Adam's first steps (about lr * sign(grad)) turn a sign flip of a
-    # near-zero gradient into a weight difference of 1e-5 (seen with CI's default threads).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():
         Trainer(cfg, run).train()
-    finally:
-        torch.set_num_threads(threads)
     return run
 
 
@@ -159,6 +187,92 @@ def test_two_processes_resume_from_their_checkpoint(one_process, two_processes, 
     _ok(_torchrun(TWO_PROCESSES, ["--resume", str(run.root), "trainer.steps=4"]))
     assert _max_difference(run, one_process, 4) <= WEIGHT_ATOL
     _assert_same_metrics(run, one_process, steps=4)
+
+
+FSDP = ["trainer.parallel=fsdp"]
+
+
+@pytest.fixture(scope="module")
+def two_fsdp_processes(tmp_path_factory) -> RunDir:
+    """2 steps of the same run in 2 processes that shard the models with FSDP2."""
+    run = RunDir(tmp_path_factory.mktemp("fsdp") / "run")
+    args = ["sokoban", *RUN, *FSDP, "trainer.steps=2", "--out", str(run.root)]
+    _ok(_torchrun(TWO_PROCESSES, args))
+    return run
+
+
+def test_two_fsdp_processes_train_what_one_process_trains(one_process, two_fsdp_processes):
+    # Sharded, the gradients are summed per micro-batch and per shard (reduce-scatter) rather
+    # than per rank: float32 rounding again, 1.4e-7 at most here.
+    assert _max_difference(two_fsdp_processes, one_process, 2) <= WEIGHT_ATOL
+    _assert_same_metrics(two_fsdp_processes, one_process, steps=2)
+    for step in (0, 1):  # generated with the gathered weights: the same episodes
+        got = read_jsonl(two_fsdp_processes.trajectory_file(step)).records
+        assert got == read_jsonl(one_process.trajectory_file(step)).records
+    # the checkpoint has the layout of an unsharded run, optimiser states included
+    assert _optimizer_difference(two_fsdp_processes, one_process, 2) <= WEIGHT_ATOL
+
+
+def test_two_fsdp_processes_resume_from_their_checkpoint(one_process, two_fsdp_processes, tmp_path):
+    run = RunDir(tmp_path / "resumed")
+    shutil.copytree(two_fsdp_processes.root, run.root)
+    _ok(_torchrun(TWO_PROCESSES, ["--resume", str(run.root), "trainer.steps=4"]))
+    assert config.load(str(run.root / "config.yaml")).trainer.parallel == "fsdp"
+    assert _max_difference(run, one_process, 4) <= WEIGHT_ATOL
+    _assert_same_metrics(run, one_process, steps=4)
+
+
+def test_a_sharded_update_pads_uneven_shares_and_skips_a_non_finite_step(tmp_path):
+    script = Path(__file__).with_name("fsdp_update_script.py")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *TWO_PROCESSES,
+        str(script),
+        str(tmp_path),
+    ]
+    _ok(subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env()))
+    got = torch.load(tmp_path / "result.pt", weights_only=True)
+    with _one_thread():
+        weights, metrics = runpy.run_path(str(script))["update"](sharded=False)
+    # 2 epochs of 2 mini-batches; the one holding the non-finite row is skipped in each
+    assert metrics["actor/optimizer_steps"] == 2 and metrics["actor/skipped_steps"] == 2
+    assert got["metrics"] == pytest.approx(metrics, rel=1e-5, abs=METRIC_ATOL)
+    assert got["weights"].keys() == weights.keys()
+    worst = max(float((got["weights"][k] - weights[k]).abs().max()) for k in weights)
+    assert worst <= WEIGHT_ATOL
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["trainer.parallel=zero"],
+            "config: trainer.parallel='zero' is not allowed: must be one of ddp, fsdp",
+        ),
+        (
+            ["trainer.parallel=fsdp", "model.lora_rank=8"],
+            "config: trainer.parallel and model.lora_rank contradict (fsdp with lora_rank=8): "
+            "a checkpoint merges the adapters into a copy of the model, which FSDP2 cannot make",
+        ),
+        (
+            ["trainer.parallel=fsdp", "rollout.backend=naive"],
+            "config: trainer.parallel and rollout.backend contradict (fsdp with naive): ",
+        ),
+    ],
+)
+def test_parallel_settings_that_cannot_run_are_refused(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        config.load("sokoban", ["model.spec=tiny", *overrides])
+    assert message in str(err.value)
+
+
+def test_fsdp_in_one_process_says_it_has_no_effect(tmp_path, capsys):
+    cfg = config.load("sokoban", [*RUN, *FSDP])
+    trainer = Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
+    assert "trainer.parallel=fsdp has no effect in one process" in capsys.readouterr().out
+    assert not fsdp.is_sharded(trainer.m.policy)
 
 
 def test_two_machines_on_localhost_train_together(one_process, tmp_path):

@@ -5,6 +5,10 @@ moment leaves only complete checkpoints.
 merged in), so ``transformers`` and ``ragen eval --model …/step_N`` load it directly, plus
 what an exact resume needs: the trainable weights that the layout does not hold (LoRA
 adapters, the critic), the optimiser states, and ``trainer_state.json``.
+
+Models sharded with FSDP2 (fsdp.py) are gathered whole onto rank 0's CPU, which writes the
+same files, and a resume sends each rank its shards back: every rank calls ``save_checkpoint``
+and ``load_checkpoint`` together.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import copy
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from ragen.monitor.logging import RunDir
+from ragen.train import distributed, fsdp
 
 STATE_FILE = "trainer_state.json"
 
@@ -30,6 +36,47 @@ def _trainable(model) -> dict[str, torch.Tensor]:
 
 def _is_lora(model) -> bool:
     return hasattr(model, "peft_config")
+
+
+def _owners(policy, critic) -> dict:
+    """The model each optimiser trains, by the optimiser keys of ``trainer.build_models``."""
+    return {"actor": policy, "critic": critic}
+
+
+def _trainable_names(model) -> set[str]:
+    return {n for n, p in model.named_parameters() if p.requires_grad}
+
+
+@dataclass
+class _Whole:
+    """What a checkpoint writes, as whole tensors: the policy's state dict (None: the policy
+    saves its own), the critic's trainable weights, the optimiser states by name."""
+
+    policy: dict[str, torch.Tensor] | None
+    critic: dict[str, torch.Tensor] | None
+    optimizers: dict[str, dict]
+
+
+def _whole(policy, critic, optimizers: dict[str, torch.optim.Optimizer]) -> _Whole:
+    """The checkpoint's contents; sharded models are gathered onto rank 0 (a collective: every
+    rank calls this), whose contents alone are complete."""
+    if not fsdp.is_sharded(policy):
+        return _Whole(
+            None,
+            None if critic is None else _trainable(critic),
+            {k: o.state_dict() for k, o in optimizers.items()},
+        )
+    critic_state = None
+    if critic is not None:
+        names = _trainable_names(critic)
+        gathered = fsdp.gather_model_state(critic)
+        critic_state = {n: t.contiguous() for n, t in gathered.items() if n in names}
+    owners = _owners(policy, critic)
+    return _Whole(
+        fsdp.gather_model_state(policy),
+        critic_state,
+        {k: fsdp.gather_optimizer_state(owners[k], o) for k, o in optimizers.items()},
+    )
 
 
 def save_checkpoint(
@@ -44,8 +91,12 @@ def save_checkpoint(
     keep: int,
 ) -> Path:
     """Write ``checkpoints/step_<step>`` atomically; keep the newest ``keep`` checkpoints and
-    the one with the best ``eval_success`` in its state (the rollback target)."""
+    the one with the best ``eval_success`` in its state (the rollback target). Every rank
+    calls it (sharded models are gathered first); rank 0 writes."""
     final = run.checkpoint(step)
+    whole = _whole(policy, critic, optimizers)
+    if not distributed.is_main():
+        return final
     tmp = final.with_name(f".{final.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -53,11 +104,11 @@ def save_checkpoint(
         copy.deepcopy(policy).merge_and_unload().save_pretrained(tmp)
         save_file(_trainable(policy), tmp / "policy_trainable.safetensors")
     else:
-        policy.save_pretrained(tmp)
+        policy.save_pretrained(tmp, state_dict=whole.policy)
     tokenizer.save_pretrained(tmp)
-    if critic is not None:
-        save_file(_trainable(critic), tmp / "critic_trainable.safetensors")
-    torch.save({k: o.state_dict() for k, o in optimizers.items()}, tmp / "optimizer.pt")
+    if whole.critic is not None:
+        save_file(whole.critic, tmp / "critic_trainable.safetensors")
+    torch.save(whole.optimizers, tmp / "optimizer.pt")
     (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
     if final.exists():
         shutil.rmtree(final)
@@ -92,28 +143,50 @@ def complete_checkpoints(run: RunDir) -> list[Path]:
     return sorted(done, key=lambda p: int(p.name.removeprefix("step_")))
 
 
-def _copy_into(model, tensors: dict[str, torch.Tensor], what: str) -> None:
+def _weights_of(model, tensors: dict[str, torch.Tensor], what: str) -> dict[str, torch.Tensor]:
+    """The tensors of ``model``'s parameters; raises if a trainable one is missing."""
     params = dict(model.named_parameters())
     missing = [n for n, p in params.items() if p.requires_grad and n not in tensors]
     if missing:
         raise ValueError(f"checkpoint lacks {len(missing)} {what} tensors, e.g. {missing[0]}")
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            if name in params:
+    return {n: t for n, t in tensors.items() if n in params}
+
+
+def _load_weights(model, file: Path, what: str) -> None:
+    if not fsdp.is_sharded(model):
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in _weights_of(model, load_file(file), what).items():
                 params[name].copy_(tensor)
+        return
+    tensors: dict[str, torch.Tensor] = {}  # read on rank 0, sent from there
+    # a missing tensor stops every rank with rank 0's message, not only rank 0
+    distributed.on_main(lambda: tensors.update(_weights_of(model, load_file(file), what)))
+    fsdp.scatter_model_state(model, tensors)
+
+
+def _load_optimizers(path: Path, policy, critic, optimizers: dict[str, torch.optim.Optimizer]):
+    if not fsdp.is_sharded(policy):
+        saved = torch.load(path / "optimizer.pt", weights_only=True)
+        for key, opt in optimizers.items():
+            opt.load_state_dict(saved[key])
+        return
+    saved = torch.load(path / "optimizer.pt", weights_only=True) if distributed.is_main() else {}
+    owners = _owners(policy, critic)
+    for key, opt in optimizers.items():
+        fsdp.scatter_optimizer_state(owners[key], opt, saved.get(key, {}))
 
 
 def load_checkpoint(
     path: Path, *, policy, critic, optimizers: dict[str, torch.optim.Optimizer]
 ) -> dict:
-    """Restore weights and optimiser states from ``path``; returns the trainer state."""
+    """Restore weights and optimiser states from ``path``; returns the trainer state. Every
+    rank calls it (sharded models get their shards from rank 0)."""
     if _is_lora(policy):
-        _copy_into(policy, load_file(path / "policy_trainable.safetensors"), "policy")
+        _load_weights(policy, path / "policy_trainable.safetensors", "policy")
     else:
-        _copy_into(policy, load_file(path / "model.safetensors"), "policy")
+        _load_weights(policy, path / "model.safetensors", "policy")
     if critic is not None:
-        _copy_into(critic, load_file(path / "critic_trainable.safetensors"), "critic")
-    saved = torch.load(path / "optimizer.pt", weights_only=True)
-    for key, opt in optimizers.items():
-        opt.load_state_dict(saved[key])
+        _load_weights(critic, path / "critic_trainable.safetensors", "critic")
+    _load_optimizers(path, policy, critic, optimizers)
     return json.loads((path / STATE_FILE).read_text())

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import torch
 
-# The scorers live in forward.py (shared prefix once, LM head on sampled positions only);
-# these are the names the loop and the update use.
-from ragen.train.forward import state_values as critic_values
-from ragen.train.forward import token_logprobs as policy_logprobs
+from ragen.train import forward
+from ragen.train.fsdp import root_forward
 
 __all__ = ["critic_values", "policy_logprobs", "score_batch"]
+
+# The scorers live in forward.py (shared prefix once, LM head on sampled positions only);
+# these are the names the loop and the update use, run as a forward of a sharded model.
+critic_values = root_forward(forward.state_values)
+policy_logprobs = root_forward(forward.token_logprobs)
 
 
 @torch.no_grad()

@@ -6,7 +6,9 @@ seeds, the sampling noise, the mini-batch order), so a run resumed from a checkp
 replays exactly what the uninterrupted run would have done.
 
 Under torchrun every process runs this loop on its share of the groups (see distributed.py);
-rank 0 logs, writes the run directory and checkpoints, and decides when to stop.
+rank 0 logs, writes the run directory and checkpoints, and decides when to stop. With
+``trainer.parallel=fsdp`` the models are sharded over the processes (see fsdp.py), and every
+pass without gradients runs inside ``fsdp.full_weights``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.generator import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
-from ragen.train import checkpoint, distributed
+from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.evaluator import EvalRequest, evaluate
 from ragen.train.schedule import lr_scale
 from ragen.train.scoring import policy_logprobs, score_batch
@@ -66,10 +68,21 @@ class Models:
     critic: torch.nn.Module | None
     ref: object  # callable (ids, mask, loss_mask) -> (B, T) log-probs; None when KL is off
     optimizers: dict[str, torch.optim.Optimizer]
+    ref_model: torch.nn.Module | None = None  # the reference's own copy, if it has one
+
+    def scorers(self) -> tuple[torch.nn.Module | None, ...]:
+        """The models a scoring pass runs: policy, critic, reference copy (None if absent)."""
+        return self.policy, self.critic, self.ref_model
+
+
+def sharded(config: Config) -> bool:
+    """Whether this run shards its models: trainer.parallel=fsdp over several processes."""
+    return config.trainer.parallel == "fsdp" and distributed.world_size() > 1
 
 
 def build_models(config: Config, device: torch.device) -> Models:
-    """Policy (float32 master weights, LoRA if asked), critic from the same LM, optimisers."""
+    """Policy (float32 master weights, LoRA if asked), critic from the same LM, optimisers;
+    each model sharded (before its optimiser takes its parameters) if the run shards."""
     m, t, a = config.model, config.trainer, config.algo
     policy, tokenizer = models.load_policy(
         m.spec, dtype="float32", device=str(device), allow_download=m.allow_download, seed=t.seed
@@ -81,7 +94,11 @@ def build_models(config: Config, device: torch.device) -> Models:
         policy = models.apply_lora(policy, m.lora_rank, m.lora_alpha, m.lora_targets)
         if critic is not None:
             critic.body = models.apply_lora(critic.body, m.lora_rank, m.lora_alpha, m.lora_targets)
-    ref = _reference(policy, a.kl_coef, config.rollout.temperature)
+    ref, ref_model = _reference(policy, a.kl_coef, config.rollout.temperature)
+    if sharded(config):
+        for model in (policy, critic, ref_model):
+            if model is not None:
+                fsdp.shard(model)
 
     def adam(model, lr):
         params = [p for p in model.parameters() if p.requires_grad]
@@ -91,14 +108,15 @@ def build_models(config: Config, device: torch.device) -> Models:
     optimizers = {"actor": adam(policy, t.actor_lr)}
     if critic is not None:
         optimizers["critic"] = adam(critic, t.critic_lr)
-    return Models(policy.eval(), tokenizer, critic, ref, optimizers)
+    return Models(policy.eval(), tokenizer, critic, ref, optimizers, ref_model)
 
 
 def _reference(policy, kl_coef: float, temperature: float):
-    """The frozen reference policy for the KL term (None when the term is off). With LoRA
-    the reference is the policy with its adapters switched off: no second copy."""
+    """The frozen reference policy for the KL term and its own copy of the model: (None, None)
+    when the term is off. With LoRA the reference is the policy with its adapters switched
+    off: no second copy (None)."""
     if kl_coef <= 0:
-        return None
+        return None, None
     if hasattr(policy, "disable_adapter"):
         model, context = policy, policy.disable_adapter
     else:
@@ -110,7 +128,7 @@ def _reference(policy, kl_coef: float, temperature: float):
                 model, ids, mask, sampled, temperature=temperature, with_entropy=False
             )[0]
 
-    return ref_logprobs
+    return ref_logprobs, None if model is policy else model
 
 
 class Trainer:
@@ -120,6 +138,8 @@ class Trainer:
         self.config, self.run = config, run
         self.device = resolve_device(config.trainer.device)
         torch.manual_seed(config.trainer.seed)
+        if config.trainer.parallel == "fsdp" and distributed.world_size() == 1:
+            say("trainer.parallel=fsdp has no effect in one process: nothing to shard over")
         self.m = build_models(config, self.device)
         self.generator = make_generator(config.rollout.backend, self.m.policy, self.m.tokenizer)
         self.spec = RolloutSpec.from_config(config.rollout)
@@ -206,17 +226,18 @@ class Trainer:
             self.rollouts_step = first
             seeds = step_env_seeds(t.seed, first, c.rollout.groups)
             mine = distributed.shard(len(seeds))
-            played = rollout(
-                self.generator,
-                self.m.tokenizer,
-                c.env.name,
-                seeds[mine.start : mine.stop],
-                c.rollout.group_size,
-                self.spec,
-                env_options=c.env.options,
-                sample_seed=t.seed * 1_000_003 + first,
-                first_group=mine.start,
-            )
+            with fsdp.full_weights(self.m.policy):  # ranks generate different numbers of times
+                played = rollout(
+                    self.generator,
+                    self.m.tokenizer,
+                    c.env.name,
+                    seeds[mine.start : mine.stop],
+                    c.rollout.group_size,
+                    self.spec,
+                    env_options=c.env.options,
+                    sample_seed=t.seed * 1_000_003 + first,
+                    first_group=mine.start,
+                )
             # the filter, the advantages and the metrics see every group, on every rank
             self.rollouts = distributed.gather_list(played)
         return self.rollouts
@@ -265,7 +286,8 @@ class Trainer:
         every rank gets all of them."""
         rows = distributed.shard(len(ids))
         part = slice(rows.start, rows.stop)
-        with self._autocast():
+        # shares differ by a row: ranks may run different numbers of micro-batches
+        with fsdp.full_weights(*self.m.scorers()), self._autocast():
             scored = score_batch(
                 self.m.policy,
                 self.m.critic,
@@ -298,6 +320,7 @@ class Trainer:
             micro_batch_size=t.micro_batch_size,
             temperature=self.config.rollout.temperature,
             autocast_dtype=self._autocast_dtype(),
+            sharded=fsdp.is_sharded(self.m.policy),
         )
         scale = self._set_learning_rates(step)
         metrics = ppo_update(
@@ -314,9 +337,10 @@ class Trainer:
         metrics = {}
         for env in self.config.env.eval_names or [self.config.env.name]:
             request = EvalRequest(env=env, n=t.eval_episodes, temperature=t.eval_temperature)
-            summary, _ = evaluate(
-                self.generator, self.m.tokenizer, self.config, request, progress=False
-            )
+            with fsdp.full_weights(self.m.policy):  # the seeds are shared unevenly
+                summary, _ = evaluate(
+                    self.generator, self.m.tokenizer, self.config, request, progress=False
+                )
             if distributed.is_main():
                 append_jsonl(self.run.evals, [{"step": step, **summary}])
             for key in ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean"):
@@ -336,18 +360,20 @@ class Trainer:
         mon = self.config.monitor
         if not mon.enabled or mon.template_every == 0 or (step + 1) % mon.template_every:
             return {}
-        if not distributed.is_main():
-            return {}
-        pairs = sample_pairs(
-            trajectories,
-            self.m.tokenizer.decode,
-            max_pairs=mon.template_pairs,
-            seed=self.config.trainer.seed + step,
-        )
-        with self._autocast():
-            return template_collapse_metrics(
-                self.m.policy, pairs, temperature=self.config.rollout.temperature or 1.0
+        # every rank takes part in gathering the weights, then rank 0 alone runs the passes
+        with fsdp.full_weights(self.m.policy):
+            if not distributed.is_main():
+                return {}
+            pairs = sample_pairs(
+                trajectories,
+                self.m.tokenizer.decode,
+                max_pairs=mon.template_pairs,
+                seed=self.config.trainer.seed + step,
             )
+            with self._autocast():
+                return template_collapse_metrics(
+                    self.m.policy, pairs, temperature=self.config.rollout.temperature or 1.0
+                )
 
     def watch(self, step: int, metrics: dict[str, float]) -> list[Alert]:
         """Feed the step's metrics to the collapse detector; report alerts and act on them.
@@ -414,8 +440,8 @@ class Trainer:
         action stopped the run at this step."""
         t = self.config.trainer
         last = last or self.stopped_at == step
-        if not distributed.is_main():
-            return  # every rank holds the same weights and optimiser states: rank 0 saves them
+        # Every rank calls save_checkpoint: with sharded models each holds a part of the
+        # weights and optimiser states, gathered onto rank 0, which writes.
         if last or (t.save_every and (step + 1) % t.save_every == 0):
             state = {"rollbacks": self.rollbacks, "eval_success": self.eval_success}
             if self.detector is not None:

@@ -9,7 +9,8 @@ weights stay as they were, and ``actor/skipped_steps`` counts it.
 Data parallel (see distributed.py): every rank holds the whole batch and draws the same
 mini-batches; each back-propagates its share of a mini-batch's rows with the whole
 mini-batch's normaliser, the gradients are summed across ranks, and every rank takes the
-same step, the one a single process would take.
+same step, the one a single process would take. With sharded models (FSDP2, see fsdp.py) the
+ranks run their micro-batches in lockstep, and FSDP2 sums the gradients during the backward.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class UpdateSettings:
     micro_batch_size: int
     temperature: float
     autocast_dtype: torch.dtype | None
+    sharded: bool = False
+    """The models are sharded with FSDP2 (trainer.parallel=fsdp under torchrun)."""
 
 
 @dataclass
@@ -129,6 +132,23 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
     return actor, critic_loss, out
 
 
+def _micro_batches(rows: int, s: UpdateSettings) -> list[tuple[torch.Tensor, bool]]:
+    """This rank's micro-batches of a mini-batch of ``rows`` rows: (row indices, counts).
+
+    With sharded models every pass is a collective (each layer's weights are gathered, its
+    gradient reduced), so every rank runs as many passes as the rank with the most rows
+    (``ceil(rows / W)``); the others add passes over row 0 that do not count (weight 0).
+    """
+    mine = distributed.shard(rows)
+    chunks = torch.arange(mine.start, mine.stop).split(s.micro_batch_size)
+    micros = [(m, True) for m in chunks if len(m)]  # a rank may hold no row: split gives ([],)
+    if s.sharded:
+        most = -(-rows // distributed.world_size())
+        passes = -(-most // s.micro_batch_size)
+        micros += [(torch.tensor([0]), False)] * (passes - len(micros))
+    return micros
+
+
 def _backward_share(
     policy, critic, mini_data: UpdateData, s: UpdateSettings, norm: float, autocast, tally: _Tally
 ) -> dict[str, float] | None:
@@ -136,20 +156,25 @@ def _backward_share(
     by micro-batch, forwards under ``autocast``, adding the micro-batch stats to ``tally``.
     Returns the share's part of the ``_ADDITIVE`` stats, or None when a loss was not finite."""
     sums: dict[str, float] = defaultdict(float)
-    mine = distributed.shard(len(mini_data.input_ids))
-    for micro in torch.arange(mine.start, mine.stop).split(s.micro_batch_size):
+    finite = True
+    for micro, counts in _micro_batches(len(mini_data.input_ids), s):
         part = mini_data.rows(micro)
         with autocast:
             actor, critic_loss, stats = _micro_loss(policy, critic, part, s, norm)
         total = actor if critic_loss is None else actor + critic_loss
-        if not torch.isfinite(total):
-            return None
+        if not counts:
+            (total * 0.0).backward()  # only for the collectives: adds zero to every gradient
+            continue
+        finite = finite and bool(torch.isfinite(total))
+        # Back-propagated even when not finite (the step is skipped anyway): with sharded
+        # models the other ranks wait for this pass's gradient reduction.
         total.backward()
-        for key in _ADDITIVE:
-            if key in stats:
-                sums[key] += stats.pop(key)
-        tally.add(stats, float(part.loss_mask.sum()))
-    return sums
+        if finite:
+            for key in _ADDITIVE:
+                if key in stats:
+                    sums[key] += stats.pop(key)
+            tally.add(stats, float(part.loss_mask.sum()))
+    return sums if finite else None
 
 
 def ppo_update(
@@ -183,7 +208,8 @@ def ppo_update(
                 opt.zero_grad(set_to_none=True)
             sums = _backward_share(policy, critic, mini_data, s, norm, autocast, tally)
             finite = distributed.all_true(sums is not None)  # one rank's NaN skips it for all
-            distributed.sum_gradients(_trainable(policy, critic))
+            if not s.sharded:  # FSDP2 summed them during the backward
+                distributed.sum_gradients(_trainable(policy, critic))
             norms = _clip(policy, critic, s.grad_clip)  # of the summed, whole-batch gradient
             finite = finite and all(math.isfinite(n) for n in norms.values())
             if finite:
