@@ -329,3 +329,14 @@ def test_wall_clock_budget_ends_the_run_after_one_step_with_a_checkpoint(tmp_pat
     assert {r["step"] for r in evaluated} == {0} and len(evaluated) == len(
         trainer.config.env.eval_names
     )
+
+
+def test_wall_clock_budget_counts_from_the_start_of_training(tmp_path):
+    cfg = _config("trainer.steps=2", "trainer.max_minutes=60", "trainer.eval_every=0")
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    trainer = Trainer(cfg, run)
+    trainer.started -= 2 * 3600  # two hours spent with the trainer before train() (a base eval)
+    trainer.train()
+    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
+    assert trainer.stopped_at is None

@@ -148,7 +148,7 @@ class Trainer:
         self.stopped_at: int | None = None  # last step: monitor.action=stop or max_minutes
         self.eval_success: float | None = None  # mean eval success of the latest evaluation
         self.start_step = self._resume() if resume else 0
-        self.started = time.monotonic()
+        self.started = time.monotonic()  # max_minutes counts from here; train() restarts it
         self.rollouts: list[Trajectory] | None = None
         self.rollouts_step = -1
 
@@ -156,6 +156,9 @@ class Trainer:
 
     def train(self) -> None:
         t, main = self.config.trainer, distributed.is_main()
+        # The budget is the training's: work done with the trainer before (a base-model
+        # evaluation, say) does not count against it.
+        self.started = time.monotonic()
         with (
             self._logger() if main else nullcontext() as log,  # rank 0 writes the run directory
             tqdm(
