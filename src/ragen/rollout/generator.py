@@ -10,8 +10,7 @@ differ only in how they compute logits:
   and values copied to the N rows; the opening every new prompt of a call shares (system
   line, worked examples, rules) is prefilled once for all of them; each episode's KV cache is
   kept between calls, so a later turn prefills only the tokens appended since (the env
-  segment); finished rows leave the decode batch at once; prefills of grouped-query models
-  attend without copying the key/value heads (``ragen.rollout.attention``).
+  segment); finished rows leave the decode batch at once.
 
 Sampling is reproducible and independent of batching: each request draws its noise from its
 own ``torch.Generator`` seeded from ``(seed, stream)``, one draw per step (Gumbel-max), so
@@ -34,7 +33,6 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ragen.config import BACKENDS
-from ragen.rollout.attention import gqa_prefill
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -471,10 +469,6 @@ class CachedGenerator:
         seed: int = 0,
     ) -> list[Sample]:
         _check_call(requests, max_new_tokens, temperature, top_p)
-        with gqa_prefill(self.model):
-            return self._generate(requests, max_new_tokens, temperature, top_p, seed)
-
-    def _generate(self, requests, max_new_tokens, temperature, top_p, seed) -> list[Sample]:
         self.stats.calls += 1
         self._drop_stale()
         jobs = self._plan(requests)
