@@ -22,9 +22,7 @@ from ragen.rollout.generator import (
     _padded_cache,
     _row_kv,
     _spans,
-    choose,
     make_generator,
-    row_generators,
 )
 
 LOGPROB_TOL = 1e-4
@@ -198,31 +196,6 @@ def test_stopper_rules(tiny):
     assert not stopper.done([5, 6])
     assert stopper.cut([5, 6, 7], 3) == (3, "length")
     assert stopper.cut([5, tokenizer.eos_token_id, 7], 3) == (2, "stop")
-
-
-def test_choose_greedy_top_p_and_frequencies():
-    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
-    logits = probs.log().expand(4000, 4)  # (B, V)
-    tokens, logprobs = choose(logits, row_generators(0, range(4000)), 0.0, 1.0)
-    assert tokens.eq(0).all() and torch.allclose(logprobs, probs[0].log())
-    tokens, _ = choose(logits, row_generators(0, range(4000)), 1.0, 1.0)
-    freq = torch.bincount(tokens, minlength=4) / 4000
-    assert torch.allclose(freq, probs, atol=0.03)
-    # top_p 0.8: the smallest top set holding 0.8 is {0, 1}; renormalised to 5/8, 3/8.
-    tokens, logprobs = choose(logits, row_generators(1, range(4000)), 1.0, 0.8)
-    freq = torch.bincount(tokens, minlength=4) / 4000
-    assert freq[2:].sum() == 0 and abs(freq[0] - 5 / 8) < 0.03
-    assert torch.allclose(logprobs.exp(), probs[tokens])  # log-probs before truncation
-    tokens, _ = choose(logits * 0.5, row_generators(2, range(4000)), 0.5, 1.0)  # T rescales logits
-    assert torch.allclose(torch.bincount(tokens, minlength=4) / 4000, probs, atol=0.03)
-
-
-def test_choose_draws_gumbel_noise_from_each_row_generator():
-    logits = torch.randn(3, 50)  # (B, V)
-    tokens, _ = choose(logits, row_generators(5, range(3)), 0.7, 1.0)
-    noise = torch.stack([torch.rand(50, generator=g) for g in row_generators(5, range(3))])
-    expected = (torch.log_softmax(logits / 0.7, -1) - torch.log(-torch.log(noise))).argmax(-1)
-    assert torch.equal(tokens, expected)
 
 
 def test_spans_of_a_column_mask():

@@ -13,7 +13,8 @@ differ only in how they compute logits:
   segment); finished rows leave the decode batch at once.
 
 Sampling is reproducible and independent of batching: each request draws its noise from its
-own ``torch.Generator`` seeded from ``(seed, stream)``, one draw per step (Gumbel-max), so
+own ``torch.Generator`` seeded from ``(seed, stream)``, one draw per step (see
+:mod:`ragen.rollout.sampling`), so
 neither ``max_batch`` nor which other rows finished early changes a row's sample. The stream
 is the request's own number when it carries one (the loop numbers its episodes, so an
 episode samples the same reply whichever process or call it is played in), else its
@@ -28,11 +29,11 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ragen.config import BACKENDS
+from ragen.rollout.sampling import choose, row_generators
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -180,61 +181,11 @@ class Stopper:
         return len(reply), FINISH_LENGTH
 
 
-def row_generators(seed: int, streams: Iterable[int]) -> list[torch.Generator]:
-    """One noise generator per stream number, seeded from (seed, stream) and nothing else."""
-    # torch's CPU generator keeps only 32 bits of a seed, so (seed, stream) is hashed into 32
-    # bits by SeedSequence rather than packed side by side (which would drop the seed).
-    states = [
-        np.random.SeedSequence([seed % 2**63, stream]).generate_state(1)[0] for stream in streams
-    ]
-    return [torch.Generator().manual_seed(int(state)) for state in states]
-
-
 def request_generators(seed: int, requests: Sequence[Request]) -> list[torch.Generator]:
     """The noise generator of each request of a call: its own stream, else its position."""
     return row_generators(
         seed, (i if r.stream is None else r.stream for i, r in enumerate(requests))
     )
-
-
-def choose(
-    logits: torch.Tensor, generators: Sequence[torch.Generator], temperature: float, top_p: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row and its log-prob.
-
-    logits: (B, V); one generator per row. Returns tokens (B,) long and logprobs (B,) float32.
-    Temperature 0 is argmax (no noise drawn). Otherwise Gumbel-max over the top-p nucleus of
-    ``softmax(logits / temperature)``: the same as sampling from the renormalised nucleus.
-    """
-    logits = logits.float()
-    if temperature <= 0:
-        tokens = logits.argmax(-1)  # (B,)
-        logprobs = torch.log_softmax(logits, -1)  # (B, V)
-    else:
-        logprobs = torch.log_softmax(logits / temperature, -1)  # (B, V)
-        vocab = logits.shape[-1]
-        # CPU generators, so the noise (and the sample) is the same whatever the device.
-        # Each row is filled in place and the Gumbel transform runs in place: at B × 49k
-        # floats per step, the copies a stack and temporaries would make cost more than
-        # the draws.
-        noise = torch.empty(len(generators), vocab)  # (B, V)
-        for row, g in zip(noise, generators, strict=True):
-            row.uniform_(generator=g)
-        gumbel = noise.to(logits.device).log_().neg_().log_().neg_()  # -log(-log(U))
-        tokens = gumbel.add_(_nucleus(logprobs, top_p)).argmax(-1)  # (B,)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def _nucleus(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """logprobs (B, V) with -inf outside the smallest set of top tokens holding ``top_p``."""
-    if top_p >= 1.0:
-        return logprobs
-    sorted_lp, order = logprobs.sort(-1, descending=True)  # (B, V)
-    probs = sorted_lp.exp()
-    # A token is dropped when the tokens ranked above it already hold top_p (the top one never).
-    drop_sorted = probs.cumsum(-1) - probs >= top_p
-    drop = drop_sorted.scatter(-1, order, drop_sorted)
-    return logprobs.masked_fill(drop, float("-inf"))
 
 
 def _check_call(requests: Sequence[Request], max_new_tokens: int, temperature: float, top_p):
@@ -604,10 +555,11 @@ class CachedGenerator:
             rows_gens = [generators[i] for i in batch.index]
             tokens, logprobs = choose(batch.logits, rows_gens, temperature, top_p)  # (B,) each
             finished = []
+            picked, picked_logprobs = tokens.tolist(), logprobs.tolist()
             for b, i in enumerate(batch.index):
                 reply = batch.replies.setdefault(i, [])
-                reply.append(int(tokens[b]))
-                batch.logprobs.setdefault(i, []).append(float(logprobs[b]))
+                reply.append(picked[b])
+                batch.logprobs.setdefault(i, []).append(picked_logprobs[b])
                 if self.stopper.done(reply) or step + 1 == max_new_tokens:
                     finished.append(b)
                     samples[i] = self._finish(batch, b, i, requests[i])
