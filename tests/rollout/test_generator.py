@@ -30,6 +30,7 @@ LOGPROB_TOL = 1e-4
 
 def _turns(model, tokenizer, names, *, turns, temperature, max_batch=None, seed=0):
     """Play the same multi-turn workload through each backend; return samples per backend.
+    ``seed`` draws the prompts and env segments and seeds each call's sampling.
 
     Three groups of three copies (identical first prompts), env segments of different
     lengths appended after every reply, one key released after turn 1 and one key whose
@@ -43,7 +44,8 @@ def _turns(model, tokenizer, names, *, turns, temperature, max_batch=None, seed=
     for turn in range(turns):
         requests = [Request(k, v) for k, v in contexts.items()]
         for name, gen in gens.items():
-            kwargs = {"max_new_tokens": 5, "temperature": temperature, "seed": 10 + turn}
+            call_seed = 10 * (seed + 1) + turn
+            kwargs = {"max_new_tokens": 5, "temperature": temperature, "seed": call_seed}
             history[name].append(gen.generate(requests, **kwargs))
         reference = history[names[0]][-1]
         for request, sample in zip(requests, reference, strict=True):

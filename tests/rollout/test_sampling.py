@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ragen.rollout.sampling import _BLOCK, choose, inverse_cdf, row_generators
+from ragen.rollout.sampling import _BLOCK, choose, gumbel_max_in_blocks, row_generators
 
 
 def test_choose_greedy_top_p_and_frequencies():
@@ -24,48 +24,37 @@ def test_choose_greedy_top_p_and_frequencies():
     assert torch.allclose(torch.bincount(tokens, minlength=4) / 4000, probs, atol=0.03)
 
 
-def test_choose_inverts_the_cdf_with_one_draw_from_each_row_generator():
-    logits = torch.randn(6, 3 * _BLOCK + 17) * 4  # (B, V): several blocks, the last one short
+def test_choose_draws_block_then_token_from_each_row_generator():
+    vocab = 3 * _BLOCK + 17  # (B, V): several blocks, the last one short
+    logits = torch.randn(6, vocab) * 4
     tokens, logprobs = choose(logits, row_generators(5, range(6)), 0.7, 1.0)
     expected_lp = torch.log_softmax(logits / 0.7, -1)
     for row, g in enumerate(row_generators(5, range(6))):
-        draw = torch.rand(1, generator=g, dtype=torch.float64).item()
-        cdf = expected_lp[row].double().exp().cumsum(0)
-        expected = int((cdf > draw * cdf[-1]).nonzero()[0])  # first token past the draw
-        assert tokens[row] == expected
-        assert abs(logprobs[row] - expected_lp[row, expected]) < 1e-5
+        noise = torch.rand(4 + _BLOCK, generator=g)  # 4 blocks, then the tokens of one
+        gumbel = -torch.log(-torch.log(noise))
+        lp = expected_lp[row].double()
+        masses = [lp[b * _BLOCK : (b + 1) * _BLOCK].exp().sum() for b in range(4)]
+        block = int(torch.argmax(torch.stack(masses).log() + gumbel[:4]))
+        inside = lp[block * _BLOCK : (block + 1) * _BLOCK]
+        token = block * _BLOCK + int(torch.argmax(inside + gumbel[4 : 4 + len(inside)]))
+        assert tokens[row] == token
+        assert abs(logprobs[row] - expected_lp[row, token]) < 1e-5
 
 
-def test_inverse_cdf_lands_on_the_right_token_at_block_edges():
-    weights = torch.zeros(1, 2 * _BLOCK + 88)  # (1, V): the last block is short and padded
-    for token, weight in [(5, 1.0), (_BLOCK - 1, 2.0), (_BLOCK, 3.0), (2 * _BLOCK + 3, 4.0)]:
-        weights[0, token] = weight
-    cases = {  # draw → token; the running sum is 1, 3, 6, 10 and the draw picks the first > draw×10
-        0.0: 5,
-        0.05: 5,
-        0.1: _BLOCK - 1,  # exactly on a running-sum value: the next token
-        0.35: _BLOCK,
-        0.65: 2 * _BLOCK + 3,
-        1 - 2**-53: 2 * _BLOCK + 3,  # the largest draw never runs past the last positive token
-    }
-    for draw, token in cases.items():
-        assert inverse_cdf(weights, torch.tensor([draw], dtype=torch.float64)).item() == token
-
-
-def test_inverse_cdf_tells_apart_rare_tokens_a_float32_running_sum_lumps_together():
-    # One common token, then 1e-9 on every other: past the common one a float32 running sum
-    # moves only every hundred tokens or so (its last place near 1.0 is 1.2e-7), so of each
-    # run of rare tokens one takes the run's whole mass and the others can never be drawn.
-    vocab = 48 * _BLOCK
-    weights = torch.full((1, vocab), 1e-9)
-    weights[0, 0] = 1.0
-    float32_cdf = weights.cumsum(-1)[0]
-    assert (float32_cdf[1:] == float32_cdf[:-1]).sum() > vocab * 0.9
-    exact_cdf = weights[0].double().cumsum(0)
-    draws = torch.tensor([0.99999, 0.999995, 0.999999], dtype=torch.float64)
-    tokens = inverse_cdf(weights.expand(3, vocab), draws)
-    lumped = torch.searchsorted(float32_cdf, (draws * float32_cdf[-1]).float(), right=True)
-    for draw, token, float32_token in zip(draws, tokens, lumped, strict=True):
-        expected = int((exact_cdf > draw * exact_cdf[-1]).nonzero()[0])
-        assert token == expected and 0 < expected < vocab
-        assert float32_token != expected
+def test_gumbel_max_in_blocks_samples_the_weights_across_blocks():
+    # A common token alone in block 0; block 1 shares the same mass among all its tokens;
+    # block 2 is short (padded) with one token of zero weight that must never come out.
+    weights = torch.zeros(1, 2 * _BLOCK + 10)
+    weights[0, 3] = 1.0
+    weights[0, _BLOCK : 2 * _BLOCK] = 1.0 / _BLOCK
+    weights[0, 2 * _BLOCK : 2 * _BLOCK + 9] = 2.0 / 9
+    n = 4000
+    tokens = gumbel_max_in_blocks(weights.expand(n, -1), row_generators(7, range(n)))
+    assert weights[0, tokens].gt(0).all()
+    share = torch.tensor(
+        [(tokens == 3).sum(), (tokens // _BLOCK == 1).sum(), (tokens >= 512).sum()]
+    )
+    assert torch.allclose(share / n, torch.tensor([0.25, 0.25, 0.5]), atol=0.03)
+    # Inside block 1 the draw is uniform over its 256 tokens: no token takes a big share.
+    inside = torch.bincount(tokens[tokens // _BLOCK == 1] - _BLOCK, minlength=_BLOCK)
+    assert inside.max() < 20 and (inside > 0).sum() > 200
