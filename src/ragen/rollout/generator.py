@@ -13,13 +13,12 @@ differ only in how they compute logits:
   segment); finished rows leave the decode batch at once.
 
 Sampling is reproducible and independent of batching: each request draws its noise from its
-own ``torch.Generator`` seeded from ``(seed, stream)``, one draw per step (see
-:mod:`ragen.rollout.sampling`), so
-neither ``max_batch`` nor which other rows finished early changes a row's sample. The stream
-is the request's own number when it carries one (the loop numbers its episodes, so an
-episode samples the same reply whichever process or call it is played in), else its
-position in the call. The caller should pass a different ``seed`` on every call (the loop
-uses one per turn).
+own ``torch.Generator`` seeded from ``(seed, stream)``, once per step (the rule is in
+:mod:`ragen.rollout.sampling`), so neither ``max_batch`` nor which other rows finished early
+changes a row's sample. The stream is the request's own number when it carries one (the
+loop numbers its episodes, so an episode samples the same reply whichever process or call it
+is played in), else its position in the call. The caller should pass a different ``seed``
+on every call (the loop uses one per turn).
 """
 
 from __future__ import annotations
