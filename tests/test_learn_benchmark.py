@@ -1,0 +1,87 @@
+"""benchmarks/learn.py's reuse of a base evaluation: only under the same conditions."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ragen import config
+
+SCRIPT = Path(__file__).parent.parent / "benchmarks" / "learn.py"
+spec = importlib.util.spec_from_file_location("learn_benchmark", SCRIPT)
+learn = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(learn)
+
+BASE = {"sokoban": {"success": 0.1016, "format_ok": 0.975, "reward_mean": 0.21, "seconds": 1.0}}
+
+
+def fingerprint(*overrides: str, n: int = 256, temperature: float = 0.5) -> dict:
+    return learn.eval_fingerprint(config.load("sokoban", list(overrides)), n, temperature)
+
+
+def saved_run(tmp_path: Path, fp: dict) -> Path:
+    (tmp_path / learn.BASE_FILE).write_text(json.dumps({"fingerprint": fp, "base": BASE}))
+    return tmp_path
+
+
+def test_training_settings_leave_the_fingerprint_alone():
+    # What only the updates or the training rollouts use cannot move the base evaluation.
+    same = fingerprint("trainer.actor_lr=5e-5", "algo.estimator=grpo", "rollout.temperature=0.7")
+    assert same == fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "n", "temperature", "key"),
+    [
+        (["rollout.max_reply_tokens=64"], 256, 0.5, "rollout"),
+        (["env.eval_names=[sokoban]"], 256, 0.5, "env"),
+        (["trainer.seed=1"], 256, 0.5, "sample_seed"),
+        (["model.dtype=bfloat16"], 256, 0.5, "model"),
+        ([], 64, 0.5, "eval_n"),
+        ([], 256, 1.0, "temperature"),
+    ],
+)
+def test_what_the_evaluation_depends_on_changes_it(overrides, n, temperature, key):
+    theirs = fingerprint(*overrides, n=n, temperature=temperature)
+    ours = fingerprint()
+    assert [k for k in ours if ours[k] != theirs[k]] == [key]
+
+
+def test_a_base_evaluation_is_reused_from_a_run_dir_or_its_file(tmp_path):
+    fp = fingerprint()
+    run = saved_run(tmp_path, fp)
+    assert learn.load_base(run, fp) == BASE
+    assert learn.load_base(run / learn.BASE_FILE, fp) == BASE
+
+
+def test_one_measured_under_other_conditions_is_refused_with_what_differs(tmp_path):
+    run = saved_run(tmp_path, fingerprint("rollout.max_reply_tokens=64", n=64))
+    with pytest.raises(SystemExit, match=r"differs in: eval_n, rollout\).*without --base-from"):
+        learn.load_base(run, fingerprint())
+
+
+def test_one_from_other_code_is_refused(tmp_path):
+    fp = fingerprint()
+    run = saved_run(tmp_path, {**fp, "source_sha256": "0" * 64})
+    with pytest.raises(SystemExit, match=r"differs in: source_sha256\)"):
+        learn.load_base(run, fp)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"fingerprint": {"eval_n": 2', "Expecting"),  # torn by a killed writer
+        ('{"base": {}}', "'fingerprint'"),
+        ('{"base": [], "fingerprint": {}}', "must be objects"),
+    ],
+)
+def test_a_file_that_is_no_base_evaluation_is_refused(tmp_path, text, why):
+    (tmp_path / learn.BASE_FILE).write_text(text)
+    with pytest.raises(SystemExit, match=f"is not a base evaluation.*{why}"):
+        learn.load_base(tmp_path, fingerprint())
+
+
+def test_a_missing_file_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(SystemExit, match="does not exist; run without --base-from"):
+        learn.load_base(tmp_path, fingerprint())
