@@ -106,13 +106,20 @@ def load_base(path: Path, fingerprint: dict) -> dict[str, dict]:
         base, theirs = saved["base"], saved["fingerprint"]
         if not isinstance(base, dict) or not isinstance(theirs, dict):
             raise TypeError("base and fingerprint must be objects")
+        for env, numbers in base.items():
+            fields = numbers if isinstance(numbers, dict) else {}
+            if not all(isinstance(fields.get(k), float | int) for k in ("success", "format_ok")):
+                raise TypeError(f"base[{env!r}] lacks a numeric success or format_ok")
     except FileNotFoundError:
         raise SystemExit(f"--base-from: {file} does not exist; {fix}") from None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise SystemExit(f"--base-from: {file} is not a base evaluation ({err}); {fix}") from None
     keys = fingerprint.keys() | theirs.keys()
     differ = sorted(k for k in keys if fingerprint.get(k) != theirs.get(k))
-    if differ:
+    envs = fingerprint["env"]["eval_names"] or [fingerprint["env"]["name"]]
+    missing = [env for env in envs if env not in base]
+    if differ or missing:
+        differ += [f"base lacks {env}" for env in missing]
         raise SystemExit(
             f"--base-from: {file} was measured under other conditions (differs in: "
             f"{', '.join(differ)}), so its numbers are not this run's base; {fix}"

@@ -17,7 +17,9 @@ BASE = {"sokoban": {"success": 0.1016, "format_ok": 0.975, "reward_mean": 0.21, 
 
 
 def fingerprint(*overrides: str, n: int = 256, temperature: float = 0.5) -> dict:
-    return learn.eval_fingerprint(config.load("sokoban", list(overrides)), n, temperature)
+    """The sokoban preset evaluated on sokoban alone (as the README's learn runs are)."""
+    cfg = config.load("sokoban", ["env.eval_names=[sokoban]", *overrides])
+    return learn.eval_fingerprint(cfg, n, temperature)
 
 
 def saved_run(tmp_path: Path, fp: dict) -> Path:
@@ -35,7 +37,7 @@ def test_training_settings_leave_the_fingerprint_alone():
     ("overrides", "n", "temperature", "key"),
     [
         (["rollout.max_reply_tokens=64"], 256, 0.5, "rollout"),
-        (["env.eval_names=[sokoban]"], 256, 0.5, "env"),
+        (["env.eval_names=[sokoban,frozen-lake]"], 256, 0.5, "env"),
         (["trainer.seed=1"], 256, 0.5, "sample_seed"),
         (["model.dtype=bfloat16"], 256, 0.5, "model"),
         ([], 64, 0.5, "eval_n"),
@@ -74,12 +76,21 @@ def test_one_from_other_code_is_refused(tmp_path):
         ('{"fingerprint": {"eval_n": 2', "Expecting"),  # torn by a killed writer
         ('{"base": {}}', "'fingerprint'"),
         ('{"base": [], "fingerprint": {}}', "must be objects"),
+        ('{"base": {"sokoban": 0.1}, "fingerprint": {}}', "lacks a numeric success"),
+        ('{"base": {"sokoban": {"success": "10%"}}, "fingerprint": {}}', "lacks a numeric"),
     ],
 )
 def test_a_file_that_is_no_base_evaluation_is_refused(tmp_path, text, why):
     (tmp_path / learn.BASE_FILE).write_text(text)
     with pytest.raises(SystemExit, match=f"is not a base evaluation.*{why}"):
         learn.load_base(tmp_path, fingerprint())
+
+
+def test_one_without_every_eval_env_is_refused(tmp_path):
+    fp = fingerprint("env.eval_names=[sokoban,sokoban-large,frozen-lake]")
+    run = saved_run(tmp_path, fp)  # holds sokoban's numbers only
+    with pytest.raises(SystemExit, match=r"differs in: base lacks sokoban-large, base lacks fro"):
+        learn.load_base(run, fp)
 
 
 def test_a_missing_file_is_refused_with_the_fix(tmp_path):
