@@ -8,7 +8,9 @@ the first update and after the last, on every env of ``env.eval_names``, with ``
 seeds each. Training stops after the preset's steps or ``--minutes`` of wall time, whichever
 comes first. Prints base and final success per env; writes
 ``benchmarks/results/learn_<preset>.json`` and the run's report (PNG curves, summary.md)
-into ``docs/learn-<preset>/``.
+into ``docs/learn-<preset>/``. Each evaluation's episodes and full summary (turns, reply
+tokens, why episodes ended) are kept in ``RUN_DIR/eval-base/`` and ``RUN_DIR/eval-final/``,
+standalone evaluation folders that ``ragen view`` opens.
 
 The base evaluation (25-35 minutes for 256 Sokoban or FrozenLake seeds here) is saved to
 ``RUN_DIR/base_eval.json`` as soon as it ends, with a fingerprint of everything its numbers
@@ -37,7 +39,8 @@ import ragen
 from ragen import config
 from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl, write_atomic
 from ragen.monitor.report import write_report
-from ragen.train.evaluator import EvalRequest, evaluate
+from ragen.rollout.evaluate import format_summary
+from ragen.train.evaluator import EvalRequest, evaluate, write_eval
 from ragen.train.trainer import Trainer
 
 RESULTS = Path(__file__).parent / "results"
@@ -45,16 +48,22 @@ DOCS = Path(__file__).parent.parent / "docs"
 BASE_FILE = "base_eval.json"
 
 
-def evaluate_all(trainer: Trainer, n: int, temperature: float) -> dict[str, dict]:
-    """Success, format-ok and reward per eval env, on the fixed evaluation seeds."""
-    out = {}
+def evaluate_all(trainer: Trainer, n: int, temperature: float, out: Path) -> dict[str, dict]:
+    """Evaluation summary per eval env on the fixed seeds; the episodes are kept in ``out``.
+
+    ``out`` becomes a standalone evaluation folder (``ragen view`` opens it), so a surprising
+    number (a slower or worse final evaluation) can be traced to the replies behind it.
+    """
+    summaries = {}
     for env in trainer.config.env.eval_names or [trainer.config.env.name]:
         request = EvalRequest(env=env, n=n, temperature=temperature)
-        summary, _ = evaluate(
+        summary, trajectories = evaluate(
             trainer.generator, trainer.m.tokenizer, trainer.config, request, progress=True
         )
-        out[env] = {k: summary[k] for k in ("success", "format_ok", "reward_mean", "seconds")}
-    return out
+        write_eval(out, summary, trajectories, model=out.name)
+        print(format_summary(env, summary))
+        summaries[env] = summary
+    return summaries
 
 
 def source_digest() -> str:
@@ -178,7 +187,7 @@ def main() -> None:
         print(f"base model: reused from {args.base_from} (same fingerprint)")
     else:
         print(f"base model: {args.eval_n} seeds per env, T={args.temperature}")
-        base = evaluate_all(trainer, args.eval_n, args.temperature)
+        base = evaluate_all(trainer, args.eval_n, args.temperature, run.root / "eval-base")
     # Saved at once: a run killed later keeps its half-hour base evaluation.
     saved = {"fingerprint": fingerprint, "base": base}
     write_atomic(run.root / BASE_FILE, json.dumps(saved, indent=2) + "\n")
@@ -189,7 +198,7 @@ def main() -> None:
     train_s = time.perf_counter() - started
     steps = len(read_jsonl(run.metrics).records)
     print(f"trained {steps} steps in {train_s / 60:.1f} min; final evaluation")
-    final = evaluate_all(trainer, args.eval_n, args.temperature)
+    final = evaluate_all(trainer, args.eval_n, args.temperature, run.root / "eval-final")
 
     print(f"\n{'env':<18}{'base':>10}{'final':>10}   (success, {args.eval_n} seeds)")
     for env in base:

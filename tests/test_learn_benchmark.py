@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 
 from ragen import config
+from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.rollout.loop import EVAL_SEED_BASE
+from ragen.train.trainer import Trainer
 
 SCRIPT = Path(__file__).parent.parent / "benchmarks" / "learn.py"
 spec = importlib.util.spec_from_file_location("learn_benchmark", SCRIPT)
@@ -96,3 +99,27 @@ def test_one_without_every_eval_env_is_refused(tmp_path):
 def test_a_missing_file_is_refused_with_the_fix(tmp_path):
     with pytest.raises(SystemExit, match="does not exist; run without --base-from"):
         learn.load_base(tmp_path, fingerprint())
+
+
+def test_each_evaluation_keeps_its_episodes_and_its_full_summary(tmp_path):
+    cfg = config.load(
+        "sokoban",
+        [
+            "model.spec=tiny",
+            "env.eval_names=[sokoban]",
+            "rollout.max_reply_tokens=6",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+        ],
+    )
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    out = run.root / "eval-base"
+    summary = learn.evaluate_all(Trainer(cfg, run), 3, 0.5, out)["sokoban"]
+    episodes = read_jsonl(out / "trajectories" / "eval.jsonl").records
+    assert [e["seed"] for e in episodes] == [EVAL_SEED_BASE, EVAL_SEED_BASE + 1, EVAL_SEED_BASE + 2]
+    assert summary["episodes"] == 3 and summary["temperature"] == 0.5
+    assert summary["success"] == sum(e["success"] for e in episodes) / 3
+    assert summary["turns_mean"] == sum(e["num_turns"] for e in episodes) / 3
+    (saved,) = read_jsonl(out / "eval.jsonl").records
+    assert saved == {"model": "eval-base", **summary}
