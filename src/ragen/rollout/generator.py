@@ -23,7 +23,6 @@ on every call (the loop uses one per turn).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -33,6 +32,7 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ragen.config import BACKENDS
 from ragen.rollout.sampling import choose, row_generators
+from ragen.sysmem import available_memory
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -241,10 +241,7 @@ def _kv_bytes_per_token(model) -> int:
 def _free_memory(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 8 * 2**30  # no way to ask (not Linux): assume a modest machine
+    return available_memory()
 
 
 def auto_max_batch(model, longest_tokens: int) -> int:

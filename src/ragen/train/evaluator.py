@@ -14,6 +14,7 @@ from ragen.rollout.evaluate import eval_seeds, summarize
 from ragen.rollout.generator import Generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory
+from ragen.sysmem import trim_heap
 from ragen.train import distributed
 
 
@@ -61,6 +62,7 @@ def evaluate(
     finally:
         bar.update(bar.total - bar.n)
         bar.close()
+        trim_heap()  # the episodes' KV caches, freed: see ragen.sysmem
     summary = summarize(trajectories)
     summary.update(env=request.env, temperature=request.temperature)
     summary["seconds"] = round(time.perf_counter() - started, 2)

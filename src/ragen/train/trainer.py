@@ -32,6 +32,7 @@ from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.generator import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
+from ragen.sysmem import trim_heap
 from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.evaluator import EvalRequest, evaluate
 from ragen.train.schedule import lr_scale
@@ -330,6 +331,10 @@ class Trainer:
             self.m.policy, self.m.critic, self.m.optimizers, data, settings, seed=t.seed + step
         )
         metrics["actor/lr"] = t.actor_lr * scale
+        # The update's activations were freed into glibc's heap, which keeps them: return
+        # them, or every later rollout and evaluation sizes its decode batches to a machine
+        # that looks gigabytes fuller than it is.
+        trim_heap()
         return metrics
 
     def maybe_evaluate(self, step: int, last: bool = False) -> dict[str, float]:

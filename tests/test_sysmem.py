@@ -1,0 +1,41 @@
+"""Host memory: MemAvailable is what the decode batch is sized from; freed heap goes back."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen import sysmem
+
+
+def test_available_memory_is_memavailable_not_memfree(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 24000000 kB\nMemFree: 1000 kB\nMemAvailable: 2500 kB\n")
+    assert sysmem.available_memory(meminfo) == 2500 * 1024
+
+
+@pytest.mark.parametrize("text", [None, "MemTotal: 24000000 kB\n", "MemAvailable: lots\n"])
+def test_without_a_readable_memavailable_free_pages_are_used(tmp_path, text):
+    meminfo = tmp_path / "meminfo"
+    if text is not None:
+        meminfo.write_text(text)
+    pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert sysmem.available_memory(meminfo) == pytest.approx(pages, rel=0.2)
+
+
+def _rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(sysmem._malloc_trim() is None, reason="not glibc")
+def test_trim_heap_returns_freed_tensors_to_the_system():
+    # 4,096 tensors of 64 KiB sit in the heap (below glibc's mmap threshold); the last one,
+    # kept, pins the heap's top, so freeing the others returns nothing on its own.
+    tensors = [torch.ones(16384) for _ in range(4096)]  # 256 MiB
+    keep = tensors[-1]
+    del tensors
+    before = _rss()
+    assert sysmem.trim_heap()
+    assert before - _rss() > 200 * 2**20
+    assert keep.sum() == 16384
