@@ -102,16 +102,8 @@ def test_a_missing_file_is_refused_with_the_fix(tmp_path):
 
 
 def test_each_evaluation_keeps_its_episodes_and_its_full_summary(tmp_path):
-    cfg = config.load(
-        "sokoban",
-        [
-            "model.spec=tiny",
-            "env.eval_names=[sokoban]",
-            "rollout.max_reply_tokens=6",
-            "logging.progress=false",
-            "logging.tensorboard=false",
-        ],
-    )
+    tiny = ["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"]
+    cfg = config.load("sokoban", [*tiny, "logging.progress=false", "logging.tensorboard=false"])
     run = RunDir(tmp_path / "run")
     create_run_dir(run.root, cfg)
     out = run.root / "eval-base"
