@@ -185,14 +185,14 @@ def main() -> None:
 
     if args.base_from:
         print(f"base model: reused from {args.base_from} (same fingerprint)")
-    else:
+        for env, n in base.items():
+            print(f"base {env}: success {n['success']:.2%}, format-ok {n['format_ok']:.2%}")
+    else:  # evaluate_all prints each env's summary
         print(f"base model: {args.eval_n} seeds per env, T={args.temperature}")
         base = evaluate_all(trainer, args.eval_n, args.temperature, run.root / "eval-base")
     # Saved at once: a run killed later keeps its half-hour base evaluation.
     saved = {"fingerprint": fingerprint, "base": base}
     write_atomic(run.root / BASE_FILE, json.dumps(saved, indent=2) + "\n")
-    for env, numbers in base.items():
-        print(f"base {env}: success {numbers['success']:.2%}, format-ok {numbers['format_ok']:.2%}")
     started = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - started
