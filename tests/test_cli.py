@@ -126,3 +126,50 @@ def test_monitor_report_and_view_run_from_the_command_line(tmp_path, capsys):
     assert (tmp_path / "report" / "summary.md").is_file()
     assert main(["view", str(tmp_path / "nothing")]) == 2
     assert "run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--n", "1000000000"], "--n 1000000000 seeds x --k 1 tries is 1,000,000,000 episodes"),
+        (["--k", "1000000000"], "--n 256 seeds x --k 1000000000 tries"),
+    ],
+)
+def test_eval_sizes_are_bounded(flags, message, tmp_path, capsys):
+    out = tmp_path / "ev"
+    assert main(["eval", "--env", "bandit", *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ragen: {message}") and err.count("\n") == 1
+    assert f"{config.MAX_EVAL_EPISODES:,}" in err and not out.exists()
+
+
+def test_eval_refuses_an_infinite_temperature(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["eval", "--env", "bandit", "--temperature", "inf"])
+    assert done.value.code == 2
+    assert "inf is not a finite non-negative number" in capsys.readouterr().err
+
+
+def test_eval_model_named_like_a_number_is_a_folder(tiny, tmp_path, monkeypatch, capsys):
+    model, tokenizer = tiny
+    model.save_pretrained(tmp_path / "123")
+    tokenizer.save_pretrained(tmp_path / "123")
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", "--env", "bandit", "--model", "123", "--n", "1", "--out", "ev"]
+    assert main([*argv, "rollout.max_reply_tokens=4"]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "ev" / "eval.jsonl").read_text())["model"] == "123"
+
+
+def test_overrides_may_follow_options(capsys):
+    from ragen.cli import parse_args
+
+    args = parse_args(["train", "bandit", "--out", "R", "model.spec=tiny", "trainer.steps=2"])
+    assert (args.preset, args.out) == ("bandit", "R")
+    assert args.overrides == ["model.spec=tiny", "trainer.steps=2"]
+    args = parse_args(["eval", "rollout.max_turns=3", "--env", "bandit", "trainer.seed=4"])
+    assert args.overrides == ["rollout.max_turns=3", "trainer.seed=4"]
+    assert main(["config", "show", "bandit", "--doc", "algo.clip_high=0.31"]) == 0
+    assert "clip_high: 0.31" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # an unknown option stays an error
+        parse_args(["train", "bandit", "--out", "R", "--bogus", "model.spec=tiny"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err

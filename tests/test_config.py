@@ -1,4 +1,5 @@
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,28 @@ BAD = [
     (["env.name=countdown", "env.eval_names=[countdown]"], "rollout.demos", "at most 0"),
     (["trainer"], "trainer", "section.key=value"),
     (["rollout=3"], "rollout", "mapping"),
+    # A falsy section once reset the whole section to its defaults without a word.
+    (["rollout=[]"], "rollout must be a mapping", "got []"),
+    (["model=null"], "model must be a mapping", "got null"),
+    # Sizes that passed and then hung or crashed the run after its folder was made.
+    (["rollout.groups=1000000000"], "rollout.groups=1000000000", "<= 65536"),
+    (["rollout.group_size=" + "1" + "0" * 21], "rollout.group_size", "<= 65536"),
+    (["rollout.groups=512", "rollout.group_size=256"], "rollout.groups", "lower one of them"),
+    (["trainer.seed=9223372036854775808"], "trainer.seed", "<= 4294967295"),
+    (["trainer.eval_episodes=1000000000"], "trainer.eval_episodes", "<= 1000000"),
+    (["rollout.max_context_tokens=2000000"], "rollout.max_context_tokens", "<= 1048576"),
+    (["trainer.steps=10000000000"], "trainer.steps", "<= 1000000"),
+    (["monitor.template_pairs=100000"], "monitor.template_pairs", "<= 256"),
+    (["trainer.device=cuda:abc"], "trainer.device='cuda:abc'", "cuda:N with N from 0 to 127"),
+    (["trainer.device=cuda:128"], "trainer.device", "from 0 to 127"),  # torch: cuda:-128
+    (["trainer.device=cuda:01"], "trainer.device", "cuda:N"),
+    (["env.name=sokoban", "env.options.carve_steps=99999999999"], "carve_steps", "20000"),
+    (
+        ["env.name=sokoban", "env.options={width: 5, height: 5, num_boxes: 4}"],
+        "env.options",
+        "no 5×5 room",
+    ),
+    (["rollout.reward_terms={no spaces:f: 1.0}"], "rollout.reward_terms", "module:function"),
 ]
 
 
@@ -159,3 +182,130 @@ def test_starpo_presets_differ_from_starpo_s_only_in_the_algorithm(env):
             0.2,
             0.2,
         )
+
+
+def test_every_int_size_has_an_upper_bound():
+    # model.lora_* are bounded against the model itself, by the model checks.
+    sections = [f.type for f in dataclasses.fields(Config) if f.name != "model"]
+    for cls in [getattr(config, name) for name in sections]:
+        for f in dataclasses.fields(cls):
+            if f.type == "int":
+                assert "le" in f.metadata, f"{cls.__name__}.{f.name}"
+
+
+def test_bounds_leave_room_for_paper_scale_gpu_runs():
+    c = config.load(
+        "bandit-gpu",
+        [
+            "rollout.groups=1024",
+            "rollout.group_size=64",
+            "rollout.max_context_tokens=1000000",
+            "rollout.max_reply_tokens=32768",
+            "trainer.mini_batch_size=4096",
+            f"trainer.eval_episodes={config.MAX_EVAL_EPISODES}",
+            "trainer.seed=4294967295",
+            "trainer.device=cuda:7",
+        ],
+    )
+    assert config.kept_episodes(c) == 256 * 64
+    with pytest.raises(ConfigError, match="<= 1000000"):
+        config.load("bandit", [f"trainer.eval_episodes={config.MAX_EVAL_EPISODES + 1}"])
+
+
+def _write_marker_module(folder: Path) -> Path:
+    """A module whose import leaves a file behind: proof that code ran."""
+    marker = folder / "imported"
+    (folder / "ragen_marker_term.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\ndef term(turn):\n    return 1.0\n"
+    )
+    return marker
+
+
+def test_showing_or_loading_a_config_imports_no_reward_term(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    marker = _write_marker_module(tmp_path)
+    term = "rollout.reward_terms={ragen_marker_term:term: 1.0}"
+    assert main(["config", "show", "bandit", term]) == 0
+    assert "ragen_marker_term:term" in capsys.readouterr().out
+    # A run's config.yaml (what --resume loads) is checked without importing either.
+    run_config = tmp_path / "config.yaml"
+    run_config.write_text(config.to_yaml(config.load("bandit", [term])))
+    c = config.load(str(run_config))
+    assert not marker.exists()
+    config.import_reward_terms(c)  # when the run starts
+    assert marker.exists()
+
+
+def test_a_reward_term_that_cannot_be_imported_is_refused_when_the_run_starts():
+    c = config.load("bandit", ["rollout.reward_terms={ragen_no_such_module:f: 1.0}"])
+    with pytest.raises(ConfigError, match="'ragen_no_such_module:f' cannot be imported"):
+        config.import_reward_terms(c)
+
+
+BILLION_LAUGHS = "".join(
+    ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n']
+    + [f"{n}: &{n} [{','.join(['*' + p] * 9)}]\n" for p, n in itertools.pairwise("abcdefghi")]
+)
+
+
+def test_a_billion_laughs_preset_is_refused_in_one_short_line(tmp_path, capsys):
+    # Its 9**9 "lol"s once took 54 s and 2.7 GB to put into an error message.
+    path = tmp_path / "lol.yaml"
+    path.write_text(BILLION_LAUGHS)
+    assert main(["config", "show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 200
+    assert err.startswith(f"ragen: config: {path} is refused: it holds more than 100000 values")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("env: &a {options: [*a]}\n", "refers to a node that contains it"),
+        ("env: {options: {x: " + "[" * 100 + "]" * 100 + "}}\n", "deeper than 64 levels"),
+        ("trainer: {seed: " + "9" * 5000 + "}\n", "not valid YAML: Exceeds the limit"),
+        ("env:\n  options:\n    x: " + "[" * 5000 + "]" * 5000 + "\n", "not valid YAML"),
+    ],
+)
+def test_yaml_that_cannot_make_a_config_is_refused_in_one_line(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as err:
+        config.load(str(path))
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "env.options={a: &a [1,1,1,1,1,1,1,1,1,1], b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a],"
+        " c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c],"
+        " e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d], f: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]}",
+        "rollout.groups=[" + ", ".join(["8"] * 10_000) + "]",
+        "model.spec=" + "x" * 100_000,
+        "rollout.group_size=" + "9" * 5000,
+    ],
+)
+def test_values_echoed_in_errors_are_cut_short(override):
+    with pytest.raises(ConfigError) as err:
+        config.load("bandit", [override])
+    assert len(str(err.value)) < 500 and "\n" not in str(err.value)
+
+
+def test_an_empty_section_in_a_file_is_refused(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("extends: bandit\nmodel:\ntrainer: {steps: 3}\n")
+    with pytest.raises(ConfigError, match="config: model must be a mapping of keys, got null"):
+        config.load(str(path))
+
+
+def test_a_relative_extends_is_read_from_the_folder_of_the_file_saying_it(tmp_path, monkeypatch):
+    (tmp_path / "presets" / "base").mkdir(parents=True)
+    (tmp_path / "presets" / "base" / "root.yaml").write_text(
+        "extends: bandit\ntrainer: {steps: 7}\n"
+    )
+    (tmp_path / "presets" / "mine.yaml").write_text("extends: base/root.yaml\nalgo: {gamma: 0.5}\n")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    c = config.load("../presets/mine.yaml")
+    assert (c.trainer.steps, c.algo.gamma, c.env.name) == (7, 0.5, "bandit")

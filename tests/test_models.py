@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ragen import models
+from ragen.cli import main
 
 
 def test_resolve_embedded_points_into_ragen_home(ragen_home):
@@ -140,3 +141,48 @@ def test_chat_command_runs_offline(embedded, ragen_home):
     )
     assert out.returncode == 0, out.stderr
     assert "Paris" in out.stdout
+
+
+@pytest.fixture
+def tiny_folder(tiny, tmp_path):
+    """The tiny model saved as a Hugging Face folder, as a checkpoint holds it."""
+    model, tokenizer = tiny
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _cut_in_half(file: Path) -> None:
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda f: _cut_in_half(f / "model.safetensors"), r"model\.safetensors is corrupt"),
+        (lambda f: (f / "config.json").write_text("{oops"), r"config\.json is not readable JSON"),
+        (lambda f: (f / "config.json").write_text("[1]"), r"config\.json is not a JSON object"),
+        (lambda f: (f / "model.safetensors").unlink(), "is incomplete: it lacks model.safetensors"),
+    ],
+    ids=["truncated-weights", "bad-json", "not-an-object", "no-weights"],
+)
+def test_a_damaged_folder_is_refused_naming_the_file(tiny_folder, damage, message, capsys):
+    damage(tiny_folder)
+    with pytest.raises(models.ModelError, match=message):
+        models.load_policy(str(tiny_folder))
+    with pytest.raises(models.ModelError, match=message):
+        models.build_skeleton(str(tiny_folder))
+    argv = ["eval", "--env", "bandit", "--model", str(tiny_folder), "--out", str(tiny_folder / "e")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ragen: ") and err.count("\n") == 1 and str(tiny_folder) in err
+    assert not (tiny_folder / "e").exists()
+
+
+def test_an_unknown_architecture_is_refused_in_one_line(tiny_folder):
+    (tiny_folder / "config.json").write_text('{"model_type": "no-such-arch"}')
+    with pytest.raises(models.ModelError, match=r"its config\.json is not a model config") as err:
+        models.build_skeleton(str(tiny_folder))
+    assert "\n" not in str(err.value)

@@ -7,6 +7,7 @@ name prints one line saying what is wrong and how to fix it, and exits with stat
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -108,35 +109,50 @@ def _train_config(args: argparse.Namespace):
 
     from ragen import config
     from ragen.monitor.logging import RunDir, default_run_root
+    from ragen.train.trainer import check_resume
 
     positional = [args.preset] if args.preset else []
     if args.resume:
         run = RunDir(Path(args.resume))
         if not run.config.is_file():
             raise UsageError(f"{args.resume} is not a run directory (no config.yaml)")
-        return config.load(str(run.config), [*positional, *args.overrides]), run
+        cfg = config.load(str(run.config), [*positional, *args.overrides])
+        check_resume(run, config.load(str(run.config)), cfg)
+        return cfg, run
     if not args.preset:
         raise UsageError("name a preset (see `ragen config list`) or pass --resume RUN_DIR")
     cfg = config.load(args.preset, args.overrides)
-    return cfg, RunDir(Path(args.out) if args.out else default_run_root(args.preset))
+    run = RunDir(Path(args.out) if args.out else default_run_root(args.preset))
+    run.check_new()
+    return cfg, run
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    import copy
+    from contextlib import ExitStack
+
+    from ragen import config
+    from ragen.monitor import runlock
     from ragen.monitor.logging import create_run_dir, rewrite_config
-    from ragen.train import distributed
+    from ragen.train import distributed, preflight
     from ragen.train.trainer import Trainer, resolve_device
 
     cfg, run = _train_config(args)  # a refused config leaves no folder behind
+    preflight.check_runnable(cfg)
+    config.import_reward_terms(cfg)  # user code, imported only now that a run starts
     distributed.check_split(cfg.rollout.groups)  # torchrun: every process refuses, at once
-    with distributed.session(resolve_device(cfg.trainer.device)):
+    with distributed.session(resolve_device(cfg.trainer.device)), ExitStack() as held:
         main = distributed.is_main()
-        if args.resume:
-            distributed.on_main(lambda: rewrite_config(run, cfg))
-        else:
+        # One writer per run directory; under torchrun rank 0 is the one that writes it.
+        distributed.on_main(lambda: held.enter_context(runlock.hold(run)))
+        if not args.resume:
             distributed.on_main(lambda: create_run_dir(run.root, cfg))
         if main:
             print(f"run directory: {run.root}")
+        asked = copy.deepcopy(cfg)  # the trainer changes its own (a rollback's filter ratio)
         trainer = Trainer(cfg, run, resume=bool(args.resume))
+        if args.resume:  # recorded once the checkpoint has loaded: a failed resume changes nothing
+            distributed.on_main(lambda: rewrite_config(run, asked))
         try:
             trainer.train()
         except KeyboardInterrupt:
@@ -154,33 +170,48 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _eval_config(args: argparse.Namespace):
+    import json
+
     from ragen import config, envs
 
     if args.env not in envs.names():
         raise UsageError(f"unknown environment {args.env!r}: use one of {', '.join(envs.names())}")
+    if args.n * args.k > config.MAX_EVAL_EPISODES:
+        raise UsageError(
+            f"--n {args.n} seeds x --k {args.k} tries is {args.n * args.k:,} episodes, more than "
+            f"the {config.MAX_EVAL_EPISODES:,} one evaluation may run: lower --n or --k"
+        )
     preset = args.preset or config.preset_for_env(args.env)
     if preset is None:
         raise UsageError(f"no preset for env {args.env!r}: pass --preset NAME or a .yaml path")
     overrides = [*args.overrides, f"env.name={args.env}"]
     if args.model is not None:
-        overrides.append(f"model.spec={args.model}")
+        # A JSON string is a YAML string: --model 123 names a folder, never the number 123.
+        overrides.append(f"model.spec={json.dumps(args.model)}")
     return config.load(preset, overrides)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ragen import models
+    from ragen import config, models
     from ragen.monitor.logging import default_run_root
     from ragen.rollout.evaluate import format_summary
     from ragen.rollout.generator import make_generator
     from ragen.train.evaluator import EvalRequest, check_eval_out, evaluate, write_eval
+    from ragen.train.preflight import check_runnable
+    from ragen.train.trainer import resolve_device
 
     cfg = _eval_config(args)  # everything is checked before the model loads
     out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
     check_eval_out(out)
+    check_runnable(cfg, lora=False)  # evaluation trains no adapters
+    config.import_reward_terms(cfg)  # user code, imported only now that a run starts
     model, tokenizer = models.load_policy(
-        cfg.model.spec, dtype=cfg.model.dtype, allow_download=cfg.model.allow_download
+        cfg.model.spec,
+        dtype=cfg.model.dtype,
+        device=str(resolve_device(cfg.trainer.device)),
+        allow_download=cfg.model.allow_download,
     )
     generator = make_generator(args.backend, model, tokenizer)
     request = EvalRequest(env=args.env, n=args.n, k=args.k, temperature=args.temperature)
@@ -348,8 +379,8 @@ def _positive_int(text: str) -> int:
 
 def _non_negative_float(text: str) -> float:
     value = float(text)
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text} is not a non-negative number")
+    if not 0 <= value < math.inf:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} is not a finite non-negative number")
     return value
 
 
@@ -360,6 +391,20 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse a command line. Dotted overrides may also follow options (``ragen train bandit
+    --out R model.spec=tiny``): argparse stops filling a positional list at the first option,
+    and its intermixed parsing refuses subcommands, so the words left over go to the
+    command's overrides, where config.load judges them."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and not any(w.startswith("-") for w in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit status (2 for input the user must fix)."""
     from ragen.config import ConfigError
@@ -367,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ragen.monitor.logging import RunDirError
     from ragen.train.distributed import LaunchError
 
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return args.func(args)
     except (ConfigError, LaunchError, ModelError, RunDirError, UsageError) as err:

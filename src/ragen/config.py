@@ -18,6 +18,8 @@ import importlib.util
 import inspect
 import itertools
 import math
+import re
+import reprlib
 import types
 from dataclasses import dataclass, field
 from functools import cache
@@ -29,6 +31,23 @@ import yaml
 
 PRESET_SUFFIX = ".yaml"
 _MAX_EXTENDS_DEPTH = 8
+
+# Upper bounds of sizes: far beyond paper-scale GPU runs, yet small enough that no value a
+# user can type allocates or loops past what a machine has (validation runs before anything).
+MAX_EVAL_EPISODES = 1_000_000
+"""Most episodes one evaluation may run (trainer.eval_episodes, `ragen eval --n`)."""
+MAX_EPISODES_PER_STEP = 65_536
+"""Most episodes one training step rolls out (rollout.groups × rollout.group_size)."""
+MAX_STEPS = 1_000_000
+"""Most training steps; also bounds every setting counted in steps."""
+MAX_CONTEXT_TOKENS = 1_048_576
+"""Most tokens of one dialogue (rollout.max_context_tokens), and so of one reply."""
+_MAX_CUDA_INDEX = 127  # torch keeps a device index in 8 bits: cuda:128 becomes cuda:-128
+
+_SHOWN_CHARS = 80  # of a value echoed in an error: the message never grows with the input
+_MESSAGE_CHARS = 300  # of another module's error text quoted in a ConfigError
+_MAX_YAML_NODES = 100_000  # values of one YAML document with its aliases expanded
+_MAX_YAML_DEPTH = 64  # nesting of one YAML document
 
 
 class ConfigError(ValueError):
@@ -79,19 +98,19 @@ BACKENDS: tuple[str, ...] = get_args(RolloutBackend)
 
 @dataclass
 class RolloutConfig:
-    groups: int = opt(8, ge=1)
+    groups: int = opt(8, ge=1, le=MAX_EPISODES_PER_STEP)
     """P: distinct initial states (env groups) rolled out per iteration."""
-    group_size: int = opt(16, ge=1)
+    group_size: int = opt(16, ge=1, le=MAX_EPISODES_PER_STEP)
     """N: rollouts per initial state; the copies of a group share the seed."""
-    max_turns: int = opt(5, ge=1)
+    max_turns: int = opt(5, ge=1, le=10_000)
     """Turn budget of an episode (ends truncated:turns)."""
-    max_actions_per_turn: int = opt(5, ge=1)
+    max_actions_per_turn: int = opt(5, ge=1, le=10_000)
     """Actions executed from one reply (separated by ||); extra ones are dropped and counted."""
-    max_actions_per_episode: int = opt(10, ge=1)
+    max_actions_per_episode: int = opt(10, ge=1, le=100_000)
     """Action budget of an episode (ends truncated:actions)."""
-    max_reply_tokens: int = opt(400, ge=1)
+    max_reply_tokens: int = opt(400, ge=1, le=MAX_CONTEXT_TOKENS)
     """Token budget of one reply (a reply cut here ends truncated:reply_length)."""
-    max_context_tokens: int = opt(3600, ge=16)
+    max_context_tokens: int = opt(3600, ge=16, le=MAX_CONTEXT_TOKENS)
     """Token budget of a whole dialogue (an episode that would pass it ends truncated:context)."""
     temperature: float = opt(1.0, ge=0.0)
     """Sampling temperature of training rollouts; 0 means greedy."""
@@ -103,12 +122,13 @@ class RolloutConfig:
     """Reward added for each turn whose reply yields no valid action."""
     reward_terms: dict[str, float] = opt({})
     """Shaping terms added to each turn's reward, name: weight (built-ins think_bonus,
-    think_tokens, or module:function); each is logged as reward/<name>."""
-    demos: int = opt(0, ge=0)
+    think_tokens, or module:function); each is logged as reward/<name>. A module:function is
+    user code: it is imported when a run starts, never to check or show a config."""
+    demos: int = opt(0, ge=0, le=100)
     """Worked turns of other instances of the game shown before each dialogue (few-shot)."""
     reward_placement: Literal["last_token", "per_turn"] = "last_token"
     """Where rewards land: the episode's last reply token, or each turn's last reply token."""
-    reuse_k: int = opt(1, ge=1)
+    reuse_k: int = opt(1, ge=1, le=1000)
     """Updates per rollout set ("online-k"); 1 means fresh rollouts every update."""
     backend: RolloutBackend = "hf"
     """Generator: hf (KV cache kept across turns, shared group prefill), naive (reference), or
@@ -151,15 +171,15 @@ class AlgoConfig:
 
 @dataclass
 class TrainerConfig:
-    steps: int = opt(200, ge=1)
+    steps: int = opt(200, ge=1, le=MAX_STEPS)
     """Training iterations (one rollout set each, or one per reuse_k updates)."""
     max_minutes: float = opt(0.0, ge=0.0)
     """Wall-clock budget: the step that passes it is the last (evaluated and checkpointed);
     0 means no budget. A resumed run gets the budget afresh."""
-    seed: int = opt(0, ge=0)
+    seed: int = opt(0, ge=0, le=2**32 - 1)
     """Seed of env levels, sampling and initialisation: same seed, same run."""
     device: str = "auto"
-    """cpu, cuda, cuda:N, or auto (cuda when available)."""
+    """cpu, cuda, cuda:N (N from 0 to 127), or auto (cuda when available)."""
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """Data parallelism under torchrun: ddp keeps whole weights, gradients and optimiser states
     on every process; fsdp (FSDP2) shards them over the processes, gathering the weights for
@@ -171,7 +191,7 @@ class TrainerConfig:
     """Adam learning rate of the policy."""
     critic_lr: float = opt(1e-5, gt=0.0)
     """Adam learning rate of the critic."""
-    lr_warmup_steps: int = opt(0, ge=0)
+    lr_warmup_steps: int = opt(0, ge=0, le=MAX_STEPS)
     """Steps over which both learning rates rise linearly: step s (from 0) uses (s+1)/(k+1)
     of them; 0 starts at the full rates. Adam's first steps move every weight by about the
     learning rate whatever the gradient's size, so they are the ones that can break a model."""
@@ -183,21 +203,21 @@ class TrainerConfig:
     """AdamW weight decay."""
     grad_clip: float = opt(1.0, gt=0.0)
     """Global gradient-norm clip."""
-    ppo_epochs: int = opt(1, ge=1)
+    ppo_epochs: int = opt(1, ge=1, le=1000)
     """Passes over each rollout set."""
-    mini_batch_size: int = opt(32, ge=1)
+    mini_batch_size: int = opt(32, ge=1, le=MAX_EPISODES_PER_STEP)
     """Episodes per optimiser step."""
-    micro_batch_size: int = opt(4, ge=1)
+    micro_batch_size: int = opt(4, ge=1, le=MAX_EPISODES_PER_STEP)
     """Episodes per forward/backward pass (gradients accumulate up to mini_batch_size)."""
-    eval_every: int = opt(10, ge=0)
+    eval_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps; 0 never."""
-    eval_episodes: int = opt(256, ge=1)
+    eval_episodes: int = opt(256, ge=1, le=MAX_EVAL_EPISODES)
     """Fixed seeds per evaluation."""
     eval_temperature: float = opt(0.5, ge=0.0)
     """Sampling temperature of evaluation."""
-    save_every: int = opt(50, ge=0)
+    save_every: int = opt(50, ge=0, le=MAX_STEPS)
     """Checkpoint every this many steps; 0 only at the end."""
-    keep_checkpoints: int = opt(2, ge=1)
+    keep_checkpoints: int = opt(2, ge=1, le=1000)
     """How many of the newest checkpoints to keep on disk."""
 
 
@@ -225,7 +245,7 @@ class MonitorConfig:
     eval success and continue with the rollback_* changes."""
     act_on: Literal["warning", "collapse"] = "collapse"
     """Which alerts trigger the action: confirmed collapses only, or early warnings too."""
-    warmup_steps: int = opt(10, ge=0)
+    warmup_steps: int = opt(10, ge=0, le=MAX_STEPS)
     """Steps seen before any alert; the success rate's starting level is its EMA here."""
     ema_alpha: float = opt(0.1, gt=0.0, le=1.0)
     """Weight of one step in the EMA baselines (0.1 averages over about 10-20 steps); a
@@ -253,18 +273,18 @@ class MonitorConfig:
     given back this share of its rise from the warm-up level to its peak."""
     grad_spike: float = opt(10.0, gt=1.0)
     """Collapse when one step's gradient norm exceeds this multiple of the running median."""
-    grad_window: int = opt(50, ge=5)
+    grad_window: int = opt(50, ge=5, le=10_000)
     """Steps in the gradient norm's running median."""
-    template_every: int = opt(10, ge=0)
+    template_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Measure template collapse (collapse/* metrics: N x N cross-scoring of reasonings under
     prompts) every this many steps; 0 never."""
-    template_pairs: int = opt(8, ge=2)
+    template_pairs: int = opt(8, ge=2, le=256)
     """N: (prompt, reasoning) pairs with distinct prompts cross-scored per measurement."""
     rollback_lr_scale: float = opt(0.5, gt=0.0, le=1.0)
     """action=rollback: learning rates are multiplied by this after each rollback."""
     rollback_filter_ratio: float | None = opt(None, gt=0.0, le=1.0)
     """action=rollback: algo.filter_ratio after a rollback (stronger filtering); null keeps it."""
-    max_rollbacks: int = opt(2, ge=0)
+    max_rollbacks: int = opt(2, ge=0, le=1000)
     """action=rollback: rollbacks allowed before the run stops instead."""
 
 
@@ -305,6 +325,31 @@ def field_docs(cls: type) -> dict[str, str]:
 # ------------------------------------------------------------------------ building from data
 
 
+def _short(text: str, limit: int = _SHOWN_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, marked with ... where cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, _SHOWN_CHARS, _SHOWN_CHARS
+
+
+def _reason(err: Exception) -> str:
+    """Another module's error text, cut short, to quote in a ConfigError."""
+    return _short(str(err), _MESSAGE_CHARS)
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message echoes it: YAML's null/true/false, else a repr cut short
+    (built from the first items only, so a huge or deeply shared value costs nothing)."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    try:
+        return _short(_REPR.repr(value))
+    except ValueError:  # an int too long to print (Python refuses beyond 4300 digits)
+        return f"<a {type(value).__name__} too long to show>"
+
+
 def _allowed(tp: Any) -> str:
     origin = get_origin(tp)
     if origin is Literal:
@@ -332,11 +377,12 @@ def _scalar_check(tp: Any) -> Any:
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     """Check ``value`` against type ``tp``; return it converted (int → float, '1e-6' → float)."""
-    bad = ConfigError(f"config: {key}={value!r} has the wrong type: must be {_allowed(tp)}")
+    shown = _shown(value)
+    bad = ConfigError(f"config: {key}={shown} has the wrong type: must be {_allowed(tp)}")
     origin = get_origin(tp)
     if origin is Literal:
         if value not in get_args(tp):
-            raise ConfigError(f"config: {key}={value!r} is not allowed: must be {_allowed(tp)}")
+            raise ConfigError(f"config: {key}={shown} is not allowed: must be {_allowed(tp)}")
         return value
     if origin in (Union, types.UnionType):
         inner = next(a for a in get_args(tp) if a is not type(None))
@@ -380,14 +426,16 @@ def _unknown_key(key: str, known: list[str]) -> ConfigError:
     prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
     hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
     return ConfigError(
-        f"config: unknown key {key!r}{hint}; allowed here: {', '.join(sorted(known))}"
+        f"config: unknown key {_shown(key)}{hint}; allowed here: {', '.join(sorted(known))}"
     )
 
 
 def _build(cls: type, data: Any, prefix: str) -> Any:
+    # A section that is null or empty is refused, not taken as "defaults": `model:` left
+    # empty in YAML would otherwise drop every setting of the preset it overrides.
     if not isinstance(data, dict):
         name = prefix.rstrip(".") or "the top level"
-        raise ConfigError(f"config: {name} must be a mapping of keys, got {data!r}")
+        raise ConfigError(f"config: {name} must be a mapping of keys, got {_shown(data)}")
     hints = get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
@@ -399,7 +447,7 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
             continue
         tp, key = hints[name], f"{prefix}{name}"
         if dataclasses.is_dataclass(tp):
-            kwargs[name] = _build(tp, data[name] or {}, f"{key}.")
+            kwargs[name] = _build(tp, data[name], f"{key}.")
         else:
             kwargs[name] = _coerce(tp, data[name], key)
     return cls(**kwargs)
@@ -422,7 +470,7 @@ def _check_ranges(obj: Any, prefix: str = "") -> None:
         for op, bound in f.metadata.items():
             if not ops[op][0](value, bound):
                 rule = " and ".join(f"{ops[o][1]} {b}" for o, b in f.metadata.items())
-                raise ConfigError(f"config: {key}={value!r} is out of range: must be {rule}")
+                raise ConfigError(f"config: {key}={_shown(value)} is out of range: must be {rule}")
 
 
 def _contradiction(keys: str, values: str, fix: str) -> ConfigError:
@@ -432,6 +480,12 @@ def _contradiction(keys: str, values: str, fix: str) -> ConfigError:
 def _check_combinations(c: Config) -> None:
     """Settings that are each valid but cannot work together."""
     r, a, t = c.rollout, c.algo, c.trainer
+    if r.groups * r.group_size > MAX_EPISODES_PER_STEP:
+        raise _contradiction(
+            "rollout.groups and rollout.group_size",
+            f"{r.groups} × {r.group_size} > {MAX_EPISODES_PER_STEP} episodes per step",
+            "lower one of them",
+        )
     if r.max_actions_per_turn > r.max_actions_per_episode:
         raise _contradiction(
             "rollout.max_actions_per_turn and rollout.max_actions_per_episode",
@@ -478,10 +532,20 @@ def _check_combinations(c: Config) -> None:
             "a multiple of reuse_k",
         )
     _check_fsdp(c)
-    if not (t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:")):
+    if not _is_device(t.device):
         raise ConfigError(
-            f"config: trainer.device={t.device!r} is not allowed: must be auto, cpu, cuda or cuda:N"
+            f"config: trainer.device={_shown(t.device)} is not allowed: must be auto, cpu, cuda "
+            f"or cuda:N with N from 0 to {_MAX_CUDA_INDEX}"
         )
+
+
+def _is_device(name: str) -> bool:
+    """Whether ``name`` is a device torch reads as written (auto, cpu, cuda, cuda:N)."""
+    kind, sep, index = name.partition(":")
+    if not sep:
+        return name in ("auto", "cpu", "cuda")
+    number = re.fullmatch(r"0|[1-9][0-9]{0,2}", index)
+    return kind == "cuda" and number is not None and int(index) <= _MAX_CUDA_INDEX
 
 
 def _check_fsdp(c: Config) -> None:
@@ -522,12 +586,13 @@ def _check_references(c: Config) -> None:
 
     try:
         source = models.resolve(c.model.spec)
-    except models.ModelError as err:
-        raise ConfigError(f"config: model.spec={c.model.spec!r}: {err}") from None
+    except (models.ModelError, OSError) as err:  # OSError: a name the file system refuses
+        message = _reason(err)
+        raise ConfigError(f"config: model.spec={_shown(c.model.spec)}: {message}") from None
     if source.kind == "hub" and not c.model.allow_download:
         raise ConfigError(
-            f"config: model.spec={c.model.spec!r} is a Hub id but model.allow_download=false: "
-            "pass a local folder or set model.allow_download=true"
+            f"config: model.spec={_shown(c.model.spec)} is a Hub id but model.allow_download="
+            "false: pass a local folder or set model.allow_download=true"
         )
     _check_envs(c)
     _check_reward_terms(c)
@@ -539,13 +604,28 @@ def _check_references(c: Config) -> None:
 
 
 def _check_reward_terms(c: Config) -> None:
+    """The shape of each term's name only: importing it would run user code (see
+    :func:`import_reward_terms`)."""
+    from ragen.rollout import rewards
+
+    for name in c.rollout.reward_terms:
+        try:
+            rewards.check_name(name)
+        except ValueError as err:
+            raise ConfigError(f"config: rollout.reward_terms: {_reason(err)}") from None
+
+
+def import_reward_terms(c: Config) -> None:
+    """Import every module:function term of ``c``: user code, so call this only when a run
+    starts, from a config the user passed (never to check or show one), and before the run
+    writes anything, so that a term that cannot be imported leaves nothing behind."""
     from ragen.rollout import rewards
 
     for name in c.rollout.reward_terms:
         try:
             rewards.resolve(name)
         except ValueError as err:
-            raise ConfigError(f"config: rollout.reward_terms.{name}: {err}") from None
+            raise ConfigError(f"config: rollout.reward_terms: {_reason(err)}") from None
 
 
 def _check_envs(c: Config) -> None:
@@ -556,15 +636,20 @@ def _check_envs(c: Config) -> None:
     ]:
         if name not in envs.names():
             raise ConfigError(
-                f"config: {key}={name!r} is not an environment: must be one of "
+                f"config: {key}={_shown(name)} is not an environment: must be one of "
                 + ", ".join(envs.names())
             )
     try:
         env = envs.make(c.env.name, **c.env.options)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"config: env.options={c.env.options!r}: {err}") from None
-    for name, game in [(c.env.name, env)] + [(n, envs.make(n)) for n in c.env.eval_names]:
-        offered = len(envs.demonstrations(game))
+        env.reset(0)  # options under which no level can be made fail here, not mid-run
+        # Worked turns play (for Sokoban: solve) levels, so they are built only when asked for.
+        offers = [(c.env.name, len(envs.demonstrations(env)))] if c.rollout.demos else []
+    except (TypeError, ValueError, envs.GenerationError) as err:
+        message = _reason(err)
+        raise ConfigError(f"config: env.options={_shown(c.env.options)}: {message}") from None
+    if c.rollout.demos:
+        offers += [(n, len(envs.demonstrations(envs.make(n)))) for n in c.env.eval_names]
+    for name, offered in offers:
         if c.rollout.demos > offered:
             raise ConfigError(
                 f"config: rollout.demos={c.rollout.demos} but {name} offers {offered} "
@@ -599,27 +684,97 @@ def preset_for_env(env_name: str) -> str | None:
     return max(family, key=len, default=None)
 
 
-def _preset_path(name_or_path: str) -> Path:
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL
+        return False
+
+
+def _preset_path(name_or_path: str, folder: Path | None = None) -> Path:
+    """The file a preset name or a path stands for; a relative path is read from ``folder``
+    (the folder of the file that names it) when given, else from the current directory."""
     path = Path(name_or_path).expanduser()
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        if not path.is_file():
-            raise ConfigError(f"config: no such config file {name_or_path!r}")
+        if folder is not None:
+            path = folder / path
+        if not _is_file(path):
+            raise ConfigError(f"config: no such config file {_shown(str(path))}")
         return path
     preset = preset_dir() / f"{name_or_path}{PRESET_SUFFIX}"
-    if not preset.is_file():
+    if not _is_file(preset):
         raise ConfigError(
-            f"config: unknown preset {name_or_path!r}: use one of {', '.join(preset_names())} "
-            "or a path to a .yaml file"
+            f"config: unknown preset {_shown(name_or_path)}: use one of "
+            f"{', '.join(preset_names())} or a path to a .yaml file"
         )
     return preset
 
 
-def _read_yaml(path: Path) -> dict:
+class _YamlTooLarge(yaml.YAMLError):
+    """A document past _MAX_YAML_NODES or _MAX_YAML_DEPTH once its aliases are expanded (a
+    "billion laughs"), or one that an alias makes contain itself."""
+
+
+def _measure(node: yaml.Node, seen: dict[int, tuple[int, int]], open_: set[int]) -> tuple[int, int]:
+    """(values, depth) of ``node`` with every alias expanded. A node that aliases share is
+    measured once, so the walk stays as small as the text even when the expansion is not."""
+    if id(node) in seen:
+        return seen[id(node)]
+    if id(node) in open_:
+        raise _YamlTooLarge("an alias (*name) in it refers to a node that contains it")
+    open_.add(id(node))
+    children = node.value if isinstance(node, yaml.SequenceNode) else []
+    if isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    values, depth = 1, 1
+    for child in children:
+        child_values, child_depth = _measure(child, seen, open_)
+        values, depth = values + child_values, max(depth, child_depth + 1)
+    if values > _MAX_YAML_NODES:
+        raise _YamlTooLarge(
+            f"it holds more than {_MAX_YAML_NODES} values once its aliases (*name) are expanded"
+        )
+    if depth > _MAX_YAML_DEPTH:
+        raise _YamlTooLarge(f"it nests deeper than {_MAX_YAML_DEPTH} levels")
+    open_.discard(id(node))
+    seen[id(node)] = values, depth
+    return values, depth
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a document that expands past the bounds: a few
+    hundred bytes of nested aliases otherwise build a value whose every use (a copy, a
+    repr, a type check) takes minutes and gigabytes."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _measure(node, {}, set())
+        return super().construct_document(node)
+
+
+def _load_yaml(text: str) -> Any:
+    """Parse YAML like yaml.safe_load, within bounds. Raises yaml.YAMLError, ValueError (an
+    int Python will not read, beyond 4300 digits) or RecursionError (deep nesting)."""
+    return yaml.load(text, Loader=_BoundedLoader)  # a SafeLoader: builds plain data only
+
+
+def read_yaml(path: Path) -> dict:
+    """The mapping a YAML config file holds, parsed within bounds (see ``_BoundedLoader``):
+    every reader of a config file goes through here. Raises ConfigError in one line."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        data = _load_yaml(path.read_text(encoding="utf-8"))
+    except _YamlTooLarge as err:
+        raise ConfigError(f"config: {path} is refused: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config: {path} is not UTF-8 text (byte {err.start}): save it as UTF-8"
+        ) from None
+    except (yaml.YAMLError, ValueError, RecursionError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ConfigError(f"config: {path} is not valid YAML: {first}") from None
+        raise ConfigError(
+            f"config: {path} is not valid YAML: {_short(first, _MESSAGE_CHARS)}"
+        ) from None
+    except OSError as err:
+        raise ConfigError(f"config: cannot read {path} ({err.strerror or err})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -638,17 +793,21 @@ def _merge(base: dict, top: dict) -> dict:
 def load_preset_data(name_or_path: str) -> dict:
     """A preset's data with its ``extends:`` chain merged in (the base first)."""
     chain: list[Path] = []
-    data = _read_yaml(_preset_path(name_or_path))
+    path = _preset_path(name_or_path)
+    data = read_yaml(path)
     layers = [data]
     while "extends" in layers[-1]:
         parent = layers[-1].pop("extends")
         if not isinstance(parent, str) or len(chain) >= _MAX_EXTENDS_DEPTH:
-            raise ConfigError(f"config: extends={parent!r} must name a preset (at most 8 deep)")
-        path = _preset_path(parent)
-        if path in chain:
-            raise ConfigError(f"config: extends={parent!r} forms a cycle")
-        chain.append(path)
-        layers.append(_read_yaml(path))
+            raise ConfigError(
+                f"config: extends={_shown(parent)} must name a preset "
+                f"(at most {_MAX_EXTENDS_DEPTH} deep)"
+            )
+        path = _preset_path(parent, path.parent)
+        if path.resolve() in chain:
+            raise ConfigError(f"config: extends={_shown(parent)} forms a cycle")
+        chain.append(path.resolve())
+        layers.append(read_yaml(path))
     merged: dict = {}
     for layer in reversed(layers):
         merged = _merge(merged, layer)
@@ -658,11 +817,11 @@ def load_preset_data(name_or_path: str) -> dict:
 def _parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"config: override {text!r} must look like section.key=value")
+        raise ConfigError(f"config: override {_shown(text)} must look like section.key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw  # not YAML: keep the literal text and let the type check judge it
+        value = _load_yaml(raw) if raw.strip() else ""
+    except (yaml.YAMLError, ValueError, RecursionError):
+        value = raw  # not YAML (or too large): keep the literal text for the type check
     return key.strip().split("."), value
 
 
@@ -674,7 +833,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         node = data
         for part in path[:-1]:
             if not isinstance(node.get(part, {}), dict):
-                raise ConfigError(f"config: override {text!r}: {part} is not a section")
+                raise ConfigError(f"config: override {_shown(text)}: {part} is not a section")
             node = node.setdefault(part, {})
         node[path[-1]] = value
     return data

@@ -10,6 +10,9 @@ Specs:
 - ``tiny``: a randomly initialised 2-layer Llama over the embedded tokenizer, for tests.
 - ``org/name``: a Hugging Face Hub id, fetched only when the caller opts in
   (``allow_download=True``); ragen never touches the network on its own.
+
+A folder is checked before transformers reads it (:func:`check_folder`), so a damaged one (an
+unreadable config.json, missing or cut-short weights) is refused in one line naming the file.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ EMBEDDED: dict[str, Embedded] = {
 # Marks a finished conversion; a folder without it is a crashed one and is redone.
 _DONE_MARKER = "ragen-converted.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_SAFETENSORS = "model.safetensors"
+_SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 class ModelError(ValueError):
@@ -191,9 +196,11 @@ def load_tokenizer(spec: str = DEFAULT_SPEC, *, allow_download: bool = False):
     source = resolve(spec)
     if source.kind == "tiny":
         source = resolve(DEFAULT_SPEC)
-    tokenizer = AutoTokenizer.from_pretrained(
-        _load_location(source, allow_download), local_files_only=not allow_download
-    )
+    location = _load_location(source, allow_download)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=not allow_download)
+    except (OSError, ValueError) as err:
+        raise ModelError(f"could not load a tokenizer from {location}: {_line(err)}") from None
     # Decoder-only batched generation appends to the right, so prompts must be left-padded.
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -202,8 +209,7 @@ def load_tokenizer(spec: str = DEFAULT_SPEC, *, allow_download: bool = False):
 
 
 def _load_location(source: ModelSource, allow_download: bool) -> str:
-    if source.kind == "embedded":
-        return str(prepare(source.spec).path)
+    """What transformers loads ``source`` from: a checked folder, or a Hub id."""
     if source.kind == "hub":
         if not allow_download:
             raise ModelError(
@@ -211,18 +217,87 @@ def _load_location(source: ModelSource, allow_download: bool) -> str:
                 "yourself and pass the folder, or set model.allow_download=true"
             )
         return source.spec
-    assert source.path is not None
-    return str(source.path)
+    folder = prepare(source.spec).path if source.kind == "embedded" else source.path
+    assert folder is not None
+    check_folder(folder)
+    return str(folder)
 
 
-def build_tiny(vocab_size: int, *, seed: int = 0, eos_token_id: int | None = None):
-    """A randomly initialised 2-layer Llama (hidden 64) for tests: same code paths, ~3 M params.
+def _line(err: BaseException) -> str:
+    """The first line of an error's text (library errors run to several)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
-    The embedding table dominates its size (vocab_size × 64).
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
+def _read_json(file: Path):
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelError(
+            f"{file} is not readable JSON ({_line(err)}): restore the file, or point "
+            "model.spec at an intact model folder"
+        ) from None
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """The weight files transformers would read from ``folder`` (maybe not all present)."""
+    for index_name in (_SAFETENSORS_INDEX, "pytorch_model.bin.index.json"):
+        index = folder / index_name
+        if index.is_file():
+            data = _read_json(index)
+            weight_map = (data.get("weight_map") if isinstance(data, dict) else None) or {}
+            return [folder / str(name) for name in sorted(set(map(str, weight_map.values())))]
+    single = [folder / name for name in (_SAFETENSORS, "pytorch_model.bin")]
+    return [file for file in single if file.is_file()]
+
+
+def check_folder(folder: Path) -> None:
+    """Refuse a model folder that cannot load, naming the file: a config.json that is not a
+    JSON object, missing weights (an interrupted save or prune), a cut-short safetensors file.
+    Reads only config.json and the safetensors headers."""
+    from safetensors import SafetensorError, safe_open
+
+    config_file = folder / "config.json"
+    if not isinstance(_read_json(config_file), dict):
+        raise ModelError(f"{config_file} is not a JSON object: restore the model's config.json")
+    weights = _weight_files(folder)
+    missing = [f.name for f in weights if not f.is_file()] if weights else [_SAFETENSORS]
+    if missing:
+        raise ModelError(
+            f"model folder {folder} is incomplete: it lacks {', '.join(missing)} (an interrupted "
+            "save or checkpoint prune leaves such a folder); use a complete checkpoint or model "
+            "folder"
+        )
+    for file in weights:
+        if file.suffix != ".safetensors":
+            continue
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass  # opening checks the header against the file's size
+        except (SafetensorError, OSError) as err:
+            raise ModelError(
+                f"{file} is corrupt ({_line(err)}): it was cut short or overwritten; use "
+                "another checkpoint or restore the model folder"
+            ) from None
+
+
+def _read_config(location: str, allow_download: bool):
+    """The transformers config at ``location`` (config.json only)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(location, local_files_only=not allow_download)
+    except (OSError, ValueError) as err:
+        raise ModelError(
+            f"{location}: its config.json is not a model config: {_line(err)}"
+        ) from None
+
+
+def _tiny_config(vocab_size: int, eos_token_id: int | None):
+    """The architecture of the ``tiny`` test model: a 2-layer Llama, hidden size 64."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -234,11 +309,41 @@ def build_tiny(vocab_size: int, *, seed: int = 0, eos_token_id: int | None = Non
         eos_token_id=eos_token_id,
         pad_token_id=eos_token_id,
     )
+
+
+def build_tiny(vocab_size: int, *, seed: int = 0, eos_token_id: int | None = None):
+    """A randomly initialised 2-layer Llama (hidden 64) for tests: same code paths, ~3 M params.
+
+    The embedding table dominates its size (vocab_size × 64).
+    """
+    from transformers import LlamaForCausalLM
+
     # fork_rng keeps the caller's global RNG stream untouched by the initialisation.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
+        model = LlamaForCausalLM(_tiny_config(vocab_size, eos_token_id))
     return model.eval()
+
+
+def build_skeleton(spec: str = DEFAULT_SPEC, *, allow_download: bool = False):
+    """The causal LM of ``spec`` on the ``meta`` device: every module and shape, no weights
+    read and no memory taken, for checks made before a run starts."""
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    source = resolve(spec)
+    if source.kind == "tiny":
+        tokenizer = load_tokenizer(spec)
+        with torch.device("meta"):
+            return LlamaForCausalLM(_tiny_config(len(tokenizer), tokenizer.eos_token_id))
+    location = _load_location(source, allow_download)
+    config = _read_config(location, allow_download)
+    try:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config)
+    except (ValueError, TypeError, KeyError) as err:
+        raise ModelError(
+            f"{location}: no causal LM can be built from its config: {_line(err)}"
+        ) from None
 
 
 def load_policy(
@@ -250,6 +355,7 @@ def load_policy(
     seed: int = 0,
 ):
     """Load ``(model, tokenizer)`` for a spec, in eval mode, on ``device``, in ``dtype``."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     torch_dtype = resolve_dtype(dtype, device)
@@ -263,8 +369,8 @@ def load_policy(
             model = AutoModelForCausalLM.from_pretrained(
                 location, dtype=torch_dtype, local_files_only=not allow_download
             )
-        except OSError as err:
-            raise ModelError(f"could not load a causal LM from {location}: {err}") from err
+        except (OSError, ValueError, SafetensorError) as err:
+            raise ModelError(f"could not load a causal LM from {location}: {_line(err)}") from None
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device=device, dtype=torch_dtype).eval(), tokenizer

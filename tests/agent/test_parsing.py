@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragen.agent.parsing import FATAL, PROBLEMS, Parsed, parse_reply
+from ragen import envs
+from ragen.agent.parsing import FATAL, PROBLEMS, Parsed, action_word_problem, parse_reply
 
 GRID = ("Up", "Down", "Left", "Right")
 
@@ -219,3 +220,32 @@ def test_well_formed_replies_round_trip(chosen, case_fn, sep, k, think):
     assert parsed.extra_actions == max(0, len(chosen) - k)
     assert parsed.problems == (("extra_actions",) if len(chosen) > k else ())
     assert parsed.format_ok
+
+
+@pytest.mark.parametrize(
+    ("word", "problem"),
+    [
+        ("Dragon", None),
+        ("Sea Serpent", None),
+        ("x||y", "separator"),
+        ("a;b", "separator"),
+        ("two\nlines", "separator"),
+        ("  ", "blank"),
+        ("win</ANSWER>", "tag"),
+    ],
+)
+def test_action_word_problem_says_why_a_word_cannot_be_parsed(word, problem):
+    found = action_word_problem(word)
+    assert found is None if problem is None else problem in found
+    if found is None:  # what passes the check is what a reply can choose
+        parsed = parse_reply(f"<think>t</think><answer>{word}</answer>", [word, "Other"], 1)
+        assert parsed.actions == (word,)
+
+
+@pytest.mark.parametrize("name", envs.names())
+def test_every_registered_env_action_can_be_chosen(name):
+    env = envs.make(name)
+    for word in env.actions:
+        assert action_word_problem(word) is None
+        reply = f"<think>t</think><answer>{word}</answer>"
+        assert parse_reply(reply, env.actions, 1).actions == (word,)

@@ -26,6 +26,7 @@ from ragen.envs.countdown import (
         ("8 / 3 * 3", (8, 3, 3), 8),  # exact fractions, no float round-off
         ("-(3 - 5)", (3, 5), 2),
         ("6 × 7 ÷ 2", (6, 7, 2), 21),
+        ("12 \N{MINUS SIGN} 3", (12, 3), 9),  # the typeset minus a model may write
         ("  (1+2)*3 = 9 ", (1, 2, 3), 9),  # a restated target is ignored
         ("1 / 2", (1, 2), Fraction(1, 2)),
     ],
@@ -99,6 +100,9 @@ def test_env_rewards_and_ends():
     result = env.step("67 + 13 - 1")
     assert result.reward == 0.1 and result.terminated and not result.info["success"]
     env.reset(0)
+    result = env.step("67 \N{MINUS SIGN} 13 \N{MULTIPLICATION SIGN} 1")
+    assert result.reward == 1.0 and result.info["success"]
+    env.reset(0)
     result = env.step("67 / (13 - 13)")
     assert result.reward == 0.0 and result.info["failure"] == "division by zero"
 
@@ -120,6 +124,8 @@ def test_text_that_is_not_an_expression_is_a_no_op_until_the_budget_ends():
         ({"min_numbers": 4, "max_numbers": 3}, r"max_numbers \(with min_numbers=4\) must be"),
         ({"max_number": 0}, r"max_number must be between 1 and"),
         ({"max_target": 0}, r"max_target must be between 1 and"),
+        # a count that would keep drawing for minutes is refused before any draw
+        ({"max_tries": 10**9}, r"max_tries must be between 1 and 10000, got 1000000000"),
     ],
 )
 def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, message):

@@ -124,6 +124,8 @@ def test_the_action_budget_truncates():
         ({"size": 1}, r"size must be between 2 and 64, got 1"),
         ({"slippery": "yes"}, r"slippery must be True or False"),
         ({"max_actions": 0}, r"max_actions must be >= 1"),
+        # A lake that cannot be made would otherwise be redrawn for hours.
+        ({"max_tries": 10**12}, r"max_tries must be between 1 and 10000, got 1000000000000"),
     ],
 )
 def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, message):
@@ -134,6 +136,8 @@ def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, messag
 def test_a_lake_with_almost_no_ice_raises_after_bounded_tries():
     with pytest.raises(GenerationError, match="max_tries=20"):
         generate_map(0, 8, p=0.05, max_tries=20)
+    with pytest.raises(ValueError, match="max_tries must be between 1 and 10000"):
+        generate_map(0, 64, p=0.01, max_tries=10_001)
 
 
 def test_load_rejects_bad_maps():

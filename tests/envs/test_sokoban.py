@@ -146,8 +146,13 @@ def test_the_action_budget_truncates():
         ({"symbols": {"wall": "#"}}, r"symbols must map each of wall, floor"),
         ({"symbols": {**DEFAULT_SYMBOLS, "box": "#"}}, r"its own single"),
         ({"max_actions": -1}, r"max_actions must be >= 1"),
-        ({"pull_steps": 0}, r"pull_steps must be >= 1, got 0"),
-        ({"max_tries": 0}, r"max_tries must be >= 1, got 0"),
+        ({"pull_steps": 0}, r"pull_steps must be between 1 and 20000, got 0"),
+        ({"max_tries": 0}, r"max_tries must be between 1 and 1000, got 0"),
+        # Sizes beyond any real room are refused before a float is drawn (a carve walk of
+        # 10**11 steps once asked for 2 TiB while a config was only being shown).
+        ({"carve_steps": 10**11}, r"carve_steps must be between 1 and 20000, got 100000000000"),
+        ({"pull_steps": 20_001}, r"pull_steps must be between 1 and 20000, got 20001"),
+        ({"max_tries": 10**9}, r"max_tries must be between 1 and 1000, got 1000000000"),
     ],
 )
 def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, message):

@@ -9,6 +9,7 @@ import pytest
 
 from ragen import config
 from ragen.monitor.logging import (
+    JsonlRead,
     MetricsLogger,
     RunDir,
     RunDirError,
@@ -122,3 +123,32 @@ def test_lines_are_strict_json(tmp_path):
         "b": [1.0, None],
         "c": "√ ×",
     }
+
+
+def test_lines_json_accepts_but_no_reader_can_use_are_skipped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [
+        '{"step": 0, "reply": "\\ud83d\\ude00", "big": 1E+300, "tiny": 1e-999}',  # all fine
+        '{"step": 1, "reply": "\\ud800"}',  # a lone surrogate: no UTF-8 form
+        '{"step": 2, "reply": "ok", "k\\uDFFF": 1}',  # in a key, upper-case escape
+        '{"step": 3, "x": 1e999}',  # inf
+        '{"step": 4, "x": -1' + "0" * 250 + "e99}",  # -inf from a long mantissa
+        '{"step": 5, "x": ' + "9" * 400 + "}",  # an int float() cannot hold
+        '{"step": 6, "x": ' + "9" * 5000 + "}",  # past Python's int-string limit
+        '{"step": 7, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",  # past the recursion limit
+        '{"step": 8, "x": ' + "9" * 300 + "}",  # big but a float holds it
+        '{"step": 9, "note": "caf\\u00e9 \\\\ud800 is written as text"}',
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    read = read_jsonl(path)
+    assert [r["step"] for r in read.records] == [0, 8, 9]
+    assert read.records[0] == {"step": 0, "reply": "😀", "big": 1e300, "tiny": 0.0}
+    assert read.records[2]["note"] == "café \\ud800 is written as text"
+    assert read.skipped == [2, 3, 4, 5, 6, 7, 8]
+
+
+def test_a_log_that_is_not_a_file_is_one_clear_error(tmp_path):
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(RunDirError, match=r"metrics.jsonl \(Is a directory\): it must be"):
+        read_jsonl(tmp_path / "metrics.jsonl")
+    assert read_jsonl(tmp_path / "missing.jsonl") == JsonlRead([], [])

@@ -77,8 +77,10 @@ def test_summary_numbers_of_a_hand_built_run(tmp_path):
 
 def test_summary_without_evaluation_or_alerts(tmp_path):
     records = [{"step": s, "rollout/success": [0.2, 0.6, 0.4][s]} for s in range(3)]
-    data = report.load_run(_run(tmp_path, "plain", records).root)
-    assert data.alerts == [] and data.alerts_source == "replayed"
+    run = _run(tmp_path, "plain", records)
+    data = report.load_run(run.root)
+    no_config = f"default settings: {run.root} has no config.yaml"
+    assert data.alerts == [] and data.alerts_source == f"replayed, {no_config}"
     [row] = report.summarize_run(data)
     assert (row.success_of, row.base, row.peak, row.final) == ("train rollouts", 0.2, 0.6, 0.4)
     assert row.collapse_step is None and row.lead_time is None
@@ -249,10 +251,11 @@ def test_report_can_replay_alerts_with_other_detector_settings(tmp_path):
     assert report.load_run(run.root).alerts == HAND_ALERTS  # the run's own alerts.jsonl
     replayed = report.load_run(run.root, replay_with=["std_drop=0.99"])
     assert replayed.alerts == replay(records, MonitorConfig(std_drop=0.99))
-    assert replayed.alerts_source == "replayed std_drop=0.99"
+    no_config = f"default settings: {run.root} has no config.yaml"
+    assert replayed.alerts_source == f"replayed, {no_config} + std_drop=0.99"
     out = tmp_path / "out"
     args = _args(
         add_report_arguments, [str(run.root), "--out", str(out), "--replay", "std_drop=0.99"]
     )
     assert run_report(args) == 0
-    assert "(replayed std_drop=0.99)" in (out / "summary.md").read_text()
+    assert f"(replayed, {no_config} + std_drop=0.99)" in (out / "summary.md").read_text()

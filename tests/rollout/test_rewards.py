@@ -1,6 +1,8 @@
 """Reward terms: the env reward, the format penalty and configured shaping terms add up to
 each turn's reward, and each is logged on its own."""
 
+import sys
+
 import pytest
 from tests.rollout.test_loop import ScriptedReplies
 
@@ -50,3 +52,26 @@ def test_a_term_returning_nan_is_refused_by_name():
         rewards.shaping(None, {"bad": (lambda turn: float("nan"), 1.0)})
     with pytest.raises(ValueError, match="module:function"):
         rewards.resolve("no_such_term")
+
+
+@pytest.mark.parametrize("name", ["think_bonus", "mypkg.shaping:short_think", "this:s"])
+def test_check_name_accepts_the_shape_of_a_term_and_imports_nothing(name, capsys):
+    rewards.check_name(name)
+    assert "mypkg" not in sys.modules
+    assert capsys.readouterr().out == ""  # importing `this` prints the Zen of Python
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("env", "always part of the reward"),
+        ("think-bonus", "module:function"),
+        ("os.system('ls'):f", "module:function"),
+        ("mypkg..shaping:f", "module:function"),
+        ("mypkg:", "module:function"),
+        (":f", "module:function"),
+    ],
+)
+def test_check_name_refuses_what_is_no_term(name, message):
+    with pytest.raises(ValueError, match=message):
+        rewards.check_name(name)

@@ -6,9 +6,11 @@ import argparse
 import socket
 
 import pytest
+from fastapi.testclient import TestClient
 
 from ragen.monitor.logging import RunDirError
 from ragen.viewer import command
+from ragen.viewer.app import create_app
 
 
 def _parse(*argv):
@@ -64,3 +66,17 @@ def test_a_taken_port_names_the_flag_to_change():
         port = taken.getsockname()[1]
         with pytest.raises(RunDirError, match=f"pass --port {port + 1}"):
             command.check_port_free("127.0.0.1", port)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "127.1", "0x7f.1", "localhost", "::1"])
+def test_every_loopback_address_keeps_the_host_check(viewer_run, host):
+    allowed = command.allowed_hosts(host)
+    assert allowed is not None and {"127.0.0.1", "localhost", "::1", host.lower()} <= set(allowed)
+    guarded = TestClient(create_app(viewer_run, allowed_hosts=allowed))
+    assert guarded.get("/api/version", headers={"host": "127.0.0.1:8765"}).status_code == 200
+    assert guarded.get("/api/version", headers={"host": "rebound.example:8765"}).status_code == 400
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "128.1"])
+def test_public_addresses_accept_any_host_name(host):
+    assert command.allowed_hosts(host) is None

@@ -6,6 +6,9 @@ import base64
 import hashlib
 import json
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -70,3 +73,27 @@ def test_export_errors_say_what_to_do(viewer_run, tmp_path):
     (empty / "trajectories").mkdir(parents=True)
     with pytest.raises(RunDirError, match="no trajectories to export"):
         export_step(empty, None, tmp_path / "x.html")
+
+
+def test_a_failed_export_leaves_the_old_file_as_it_was(viewer_run, tmp_path):
+    # The export runs under a file-size limit it cannot fit in: its write fails half-way,
+    # as on a full disk.
+    old = tmp_path / "shared.html"
+    old.write_text("<p>the page sent last week</p>\n", encoding="utf-8")
+    script = textwrap.dedent(
+        f"""
+        import resource, signal, sys
+        from ragen.cli import main
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        sys.exit(main(["view", {str(viewer_run)!r}, "--export", {str(old)!r}]))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"ragen: cannot write --export {old} (File too large)")
+    assert proc.stderr.count("\n") == 1
+    assert old.read_text(encoding="utf-8") == "<p>the page sent last week</p>\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["shared.html"]  # no temporary left

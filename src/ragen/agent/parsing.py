@@ -217,6 +217,21 @@ def _split_actions(
     return tuple(matched[:max_actions]), unknown, extra
 
 
+def action_word_problem(word: str) -> str | None:
+    """Why `parse_reply` could never return ``word`` as one action, or None if it can.
+
+    An env checks its action words with this, so that every action it offers is one some
+    reply can choose: a separator splits the word into pieces, and a tag ends a block early.
+    """
+    if not word.strip():
+        return "it is blank"
+    if _SEPARATORS.search(word):
+        return "it holds an action separator (|, a comma, ; or a line break)"
+    if any(tag in word.translate(_ASCII_LOWER) for tag in _TAGS):
+        return "it holds a <think> or <answer> tag"
+    return None
+
+
 def _result(
     think: str,
     answer: str,

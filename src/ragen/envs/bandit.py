@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ragen.agent.parsing import action_word_problem
 from ragen.envs.base import (
     Demonstration,
     EpisodeBudget,
@@ -72,6 +73,10 @@ class BanditEnv:
                 f"arm_names must be two different non-empty words without surrounding "
                 f"spaces, got {arm_names!r}"
             )
+        for name in names:
+            problem = action_word_problem(name)
+            if problem:
+                raise ValueError(f"arm name {name!r} could never be chosen: {problem}")
         if high_risk not in names:
             raise ValueError(
                 f"high_risk must be one of {names[0]!r}, {names[1]!r}; got {high_risk!r}"

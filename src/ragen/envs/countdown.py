@@ -1,8 +1,9 @@
 """Countdown (single turn): combine the given numbers into an expression equal to the target.
 
-Each number must be used exactly once; + - * / and parentheses are allowed. Reward 1 for a
-correct expression, 0.1 for one that uses exactly the given numbers but misses the target
-(a format-level reward, as in TinyZero and RAGEN), 0 otherwise.
+Each number must be used exactly once; + - * / and parentheses are allowed (the typeset
+× ÷ − read as * / -). Reward 1 for a correct expression, 0.1 for one that uses exactly the
+given numbers but misses the target (a format-level reward, as in TinyZero and RAGEN), 0
+otherwise.
 
 Answers are read by a small recursive-descent parser over exact fractions, never `eval`:
 agent text must not run as code, and exact arithmetic means 8 / 3 * 3 equals 8. Bounds on
@@ -29,9 +30,11 @@ MAX_ANSWER_CHARS = 200
 MAX_DIGITS = 6  # no given number has more; longer literals are junk
 MAX_DEPTH = 32  # parenthesis nesting; bounds the parser's recursion
 MAX_MAGNITUDE = 10**12  # numerators/denominators beyond this: an overflow, reward 0
+MAX_TRIES = 10_000  # draws per instance: about 3 s of trying at worst, then a clear error
 
-_TOKEN = re.compile(r"\s*(?:([0-9]+)|([-+*/×÷()]))")
-_OPERATOR = {"×": "*", "÷": "/"}
+# Typeset operators, as models (and people) write them, read as their ASCII forms.
+_OPERATOR = {"\N{MULTIPLICATION SIGN}": "*", "\N{DIVISION SIGN}": "/", "\N{MINUS SIGN}": "-"}
+_TOKEN = re.compile(r"\s*(?:([0-9]+)|([-+*/()" + "".join(_OPERATOR) + "]))")
 
 
 class ExpressionError(ValueError):
@@ -206,7 +209,7 @@ def generate_instance(
     """An instance whose target is a whole number in [1, max_target] with a known solution."""
     check_int("seed", seed, 0)
     check_countdown_options(min_numbers, max_numbers, max_number, max_target)
-    check_int("max_tries", max_tries, 1)
+    check_int("max_tries", max_tries, 1, MAX_TRIES)
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
         count = int(rng.integers(min_numbers, max_numbers + 1))
@@ -256,7 +259,7 @@ class CountdownEnv:
             "max_numbers": max_numbers,
             "max_number": max_number,
             "max_target": max_target,
-            "max_tries": check_int("max_tries", max_tries, 1),
+            "max_tries": check_int("max_tries", max_tries, 1, MAX_TRIES),
         }
         self._budget = EpisodeBudget(max_actions)
         self.instance: Instance | None = None

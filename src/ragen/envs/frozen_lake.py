@@ -39,6 +39,9 @@ _MOVES = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (d_row, d_col) of each action
 SUCCESS_RATE = 1.0 / 3.0
 SLIP_RATE = (1.0 - SUCCESS_RATE) / 2.0
 
+MAX_SIZE = 64  # side of the map
+MAX_TRIES = 10_000  # map draws before giving up: a 64×64 draw takes well under a millisecond
+
 _TILE = {"S": "_", "F": "_", "H": "O", "G": "G"}  # what the agent sees under no player
 _PLAYER = {"S": "P", "F": "P", "H": "X", "G": "√"}  # the player standing on each tile
 # Salt that gives the slipping a random stream of its own, apart from the map's.
@@ -92,9 +95,9 @@ def generate_map(
     Raises GenerationError when `max_tries` draws all leave the goal cut off (tiny `p`).
     """
     check_int("seed", seed, 0)
-    check_int("size", size, 2, 64)
+    check_int("size", size, 2, MAX_SIZE)
     p = check_probability("p", p, allow_zero=False)
-    check_int("max_tries", max_tries, 1)
+    check_int("max_tries", max_tries, 1, MAX_TRIES)
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
         frozen = (rng.random((size, size)) < p).tolist()
@@ -179,12 +182,12 @@ class FrozenLakeEnv:
         max_actions: int = 100,
         max_tries: int = 1000,
     ) -> None:
-        self.size = check_int("size", size, 2, 64)
+        self.size = check_int("size", size, 2, MAX_SIZE)
         self.p = check_probability("p", p, allow_zero=False)
         if not isinstance(slippery, bool):
             raise ValueError(f"slippery must be True or False, got {slippery!r}")
         self.slippery = slippery
-        self.max_tries = check_int("max_tries", max_tries, 1)
+        self.max_tries = check_int("max_tries", max_tries, 1, MAX_TRIES)
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
         self.rows: tuple[str, ...] = ()

@@ -78,6 +78,11 @@ LEGEND = {
 }
 
 MIN_SIDE, MAX_SIDE = 5, 32
+# Bounds of the generator's effort: one try at the longest walks takes about 20 ms and
+# draws its floats up front (under 1 MB), so even a room that cannot be made is given up
+# within seconds; the defaults of a 32×32 room (carve 108, pull 7200 steps) are far below.
+MAX_WALK_STEPS = 20_000
+MAX_TRIES = 1000
 TURN_PROB = 0.35  # chance per carving step that the digger changes direction
 # Shapes the digger clears around its cell: mostly single cells and pairs, so rooms get
 # corridors and a few open spots rather than one empty hall.
@@ -198,11 +203,12 @@ def check_room_options(height: int, width: int, num_boxes: int) -> None:
 def check_generator_options(
     carve_steps: int | None, pull_steps: int | None, max_tries: int
 ) -> None:
+    """ValueErrors that name the option and what is allowed."""
     if carve_steps is not None:
-        check_int("carve_steps", carve_steps, 1)
+        check_int("carve_steps", carve_steps, 1, MAX_WALK_STEPS)
     if pull_steps is not None:
-        check_int("pull_steps", pull_steps, 1)
-    check_int("max_tries", max_tries, 1)
+        check_int("pull_steps", pull_steps, 1, MAX_WALK_STEPS)
+    check_int("max_tries", max_tries, 1, MAX_TRIES)
 
 
 # --------------------------------------------------------------------------- generator
@@ -480,7 +486,13 @@ class SokobanEnv:
         for seed in _DEMO_SEEDS:
             other = SokobanEnv(**self._generator_options, symbols=self.symbols)
             observation = other.reset(seed)
-            solution = solve(other.room)
+            try:
+                solution = solve(other.room)
+            except RuntimeError as err:  # the solver's state bound
+                raise GenerationError(
+                    f"no worked turn for this room size and box count ({err}): use fewer "
+                    "boxes or a smaller room, or no demonstrations"
+                ) from None
             thought = _demo_thought(other.room, solution, self.symbols)
             worked.append(
                 Demonstration(other.instructions(), observation, thought, tuple(solution))

@@ -36,8 +36,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from ragen import config
 from ragen.config import MonitorConfig
 
@@ -310,13 +308,8 @@ def monitor_config_from_file(path: str | Path, overrides: Sequence[str] = ()) ->
     Raises ConfigError naming the key when a value is unknown, mistyped or out of range.
     """
     path = Path(path)
-    data = None
-    if path.is_file():
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as err:
-            raise config.ConfigError(f"config: {path} is not valid YAML ({err})") from None
-    section = data.get("monitor") if isinstance(data, dict) else None
+    data = config.read_yaml(path) if path.is_file() else {}
+    section = data.get("monitor")
     dotted = [o if o.startswith("monitor.") else f"monitor.{o}" for o in overrides]
     section = config.apply_overrides({"monitor": section or {}}, dotted)["monitor"]
     built = config._build(MonitorConfig, section, "monitor.")

@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ragen.config import ConfigError
-from ragen.monitor.collapse import monitor_config_from_file, replay
+from ragen.monitor.collapse import MonitorConfig, monitor_config_from_file, replay
 from ragen.monitor.logging import RunDir, RunDirError, read_jsonl
 
 MONITOR_SUMMARY = "replay a run's metrics through the collapse detector and print its alerts"
@@ -40,17 +41,35 @@ def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_metrics(run: RunDir) -> None:
+    """Refuse a folder without metrics.jsonl (a metrics.jsonl that is not a readable file is
+    refused by read_jsonl)."""
+    if not run.metrics.exists():
+        raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
+
+
+def detector_settings(run: RunDir, overrides: Sequence[str] = ()) -> tuple[MonitorConfig, str]:
+    """The collapse detector's settings for ``run`` and where they came from, in words: a
+    replay with other settings than the run's own finds other alerts, so say which."""
+    monitor = monitor_config_from_file(run.config, overrides)  # ConfigError in one line
+    if run.config.is_file():
+        source = f"settings from {run.config}"
+    else:
+        source = f"default settings: {run.root} has no config.yaml"
+    return monitor, " + ".join([source, *overrides])
+
+
 def run_monitor(args: argparse.Namespace) -> int:
     """Replay RUN_DIR/metrics.jsonl (torn lines skipped) and print one line per alert."""
     run = RunDir(Path(args.run_dir))
     try:
-        if not run.metrics.is_file():
-            raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
-        monitor = monitor_config_from_file(run.config, args.overrides)
+        check_metrics(run)
+        monitor, source = detector_settings(run, args.overrides)
+        read = read_jsonl(run.metrics)
     except (ConfigError, RunDirError) as err:
         print(f"ragen: {err}", file=sys.stderr)
         return EXIT_USAGE
-    read = read_jsonl(run.metrics)
+    print(f"detector: {source}", file=sys.stderr)
     records = [r for r in read.records if isinstance(r.get("step"), int)]
     alerts = replay(records, monitor)
     for alert in alerts:
@@ -98,6 +117,9 @@ def run_report(args: argparse.Namespace) -> int:
         written = write_report(args.run_dirs, out, alpha=args.smoothing, replay_with=args.replay)
     except (ConfigError, RunDirError) as err:
         print(f"ragen: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:
+        print(f"ragen: cannot write the report to {out} ({err.strerror or err})", file=sys.stderr)
         return EXIT_USAGE
     for path in written:
         print(path)

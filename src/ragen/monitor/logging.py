@@ -19,12 +19,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from safetensors import SafetensorError
 
 from ragen.config import Config, to_yaml
 
@@ -67,11 +72,52 @@ class RunDir:
     def tensorboard(self) -> Path:
         return self.root / "tb"
 
+    @property
+    def lock(self) -> Path:
+        """The writer lock (see runlock.py)."""
+        return self.root / ".lock"
+
     def trajectory_file(self, step: int) -> Path:
         return self.trajectories / f"step_{step:06d}.jsonl"
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"step_{step:06d}"
+
+    def check_new(self) -> None:
+        """Refuse a folder that exists with something in it (but the writer lock): resuming
+        is an explicit, separate act."""
+        if self.root.exists() and (
+            not self.root.is_dir() or any(p != self.lock for p in self.root.iterdir())
+        ):
+            raise RunDirError(
+                f"run directory {self.root} already exists and is not empty: "
+                "choose another --out, or resume it with --resume"
+            )
+
+    @contextmanager
+    def writing(self, path: Path, *, then: str | None = None) -> Iterator[None]:
+        """Turn a failed write of ``path`` (a full disk, no permission, a file size limit)
+        into one line saying what to do; ``then`` is the command to run after the fix."""
+        try:
+            yield
+        except WRITE_ERRORS as err:
+            then = then or f"ragen train --resume {self.root}"
+            raise RunDirError(
+                f"cannot write {path}: {_write_reason(err)}; free space or fix permissions, "
+                f"then {then}"
+            ) from err
+
+
+WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
+"""What a failed write raises: OSError from Python's own files; RuntimeError from torch.save
+and SafetensorError from safetensors, whose writers report a short write as such."""
+
+
+def _write_reason(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    lines = str(err).strip().splitlines()
+    return lines[-1] if lines else type(err).__name__
 
 
 def default_run_root(preset: str, now: datetime | None = None) -> Path:
@@ -87,29 +133,35 @@ def create_run_dir(root: str | Path, config: Config) -> RunDir:
     An existing non-empty folder is refused: resuming is an explicit, separate act.
     """
     run = RunDir(Path(root))
-    if run.root.exists() and (not run.root.is_dir() or any(run.root.iterdir())):
-        raise RunDirError(
-            f"run directory {run.root} already exists and is not empty: "
-            "choose another --out, or resume it with --resume"
-        )
-    for folder in (run.root, run.trajectories, run.checkpoints):
-        folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(run.config, to_yaml(config))
+    run.check_new()
+    with run.writing(run.config, then="run again"):
+        run.root.mkdir(parents=True, exist_ok=True)
+        # the config first: a folder left by a failed write stays empty, so usable again
+        write_atomic(run.config, to_yaml(config))
+        for folder in (run.trajectories, run.checkpoints):
+            folder.mkdir(exist_ok=True)
     return run
 
 
 def rewrite_config(run: RunDir, config: Config) -> None:
     """Replace a run's config.yaml (a resumed run with overrides records what it runs)."""
-    write_atomic(run.config, to_yaml(config))
+    with run.writing(run.config):
+        write_atomic(run.config, to_yaml(config))
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` whole or not at all (write aside, fsync, rename); a
+    failed write leaves the old file and no temporary one."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _json_safe(value: Any) -> Any:
@@ -166,25 +218,73 @@ class JsonlRead:
     skipped: list[int]
 
 
+# A number past a float's range (1.8e308) is written with a three-digit exponent or a run of
+# 100+ digits; with every digit read as "0" and "E" as "e", one regex finds either at C speed.
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789E", b"0000000000e")
+_BIG_NUMBER = re.compile(rb"0(?:e\+?000|0{99})")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def parse_line(line: bytes, parse_constant: Callable[[str], Any] | None = None) -> Any:
+    """One JSONL line as Python; ValueError for a line readers must skip as torn.
+
+    Besides what json.loads refuses (not JSON, not UTF-8, an int past Python's 4,300-digit
+    limit, nesting past the recursion limit), two things it accepts break every later use:
+    a lone surrogate (``"\\ud800"`` has no UTF-8 form, so no page or file can hold it) and a
+    number past a float's range (``1e999`` reads as inf, which JSON cannot write; a 400-digit
+    int overflows ``float()``). Each needs a tell-tale in the raw line, so only lines with one
+    are looked at again and reading stays at json.loads' speed. ``parse_constant`` is
+    json.loads' (what NaN and Infinity become).
+    """
+    try:
+        value = json.loads(line, parse_constant=parse_constant)
+    except RecursionError as err:
+        raise ValueError("nested too deeply") from err
+    if _BIG_NUMBER.search(line.translate(_DIGITS_AS_ZERO)):
+        json.loads(line, parse_float=_float_in_range, parse_int=_int_in_float_range)
+    if _SURROGATE_ESCAPE.search(line):
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError: a lone one
+    return value
+
+
+def _float_in_range(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text[:20]} is past a float's range")
+    return value
+
+
+def _int_in_float_range(text: str) -> int:
+    value = int(text)
+    if abs(value) > sys.float_info.max:
+        raise ValueError(f"{text[:20]} is past a float's range")
+    return value
+
+
 def read_jsonl(path: str | Path) -> JsonlRead:
-    """Read every well-formed object line; torn or junk lines are skipped and counted."""
+    """Read every well-formed object line; torn or junk lines (see `parse_line`) are skipped
+    and counted. A missing file reads as empty; RunDirError if the path cannot be read."""
     records, skipped = [], []
     path = Path(path)
     if not path.exists():
         return JsonlRead(records, skipped)
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                skipped.append(number)
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-            else:
-                skipped.append(number)
+    try:
+        with open(path, "rb") as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = parse_line(line)
+                except ValueError:
+                    record = None
+                if isinstance(record, dict):
+                    records.append(record)
+                else:
+                    skipped.append(number)
+    except OSError as err:
+        raise RunDirError(
+            f"cannot read {path} ({err.strerror or err}): it must be a readable JSONL file"
+        ) from err
     return JsonlRead(records, skipped)
 
 

@@ -22,7 +22,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ragen.monitor.collapse import Alert, MonitorConfig, monitor_config_from_file, replay
+from ragen.monitor.collapse import Alert, replay
+from ragen.monitor.commands import check_metrics, detector_settings
 from ragen.monitor.logging import RunDir, RunDirError, read_jsonl
 
 DEFAULT_SMOOTHING = 0.1
@@ -103,37 +104,32 @@ class RunData:
     """metrics.jsonl objects with a step, in step order."""
     alerts: list[Alert]
     alerts_source: str
-    """'alerts.jsonl', or 'replayed' when the run has no alerts.jsonl."""
+    """'alerts.jsonl', or 'replayed, ' and the detector settings used (see
+    `detector_settings`) when the run has no alerts.jsonl or a replay was asked for."""
     skipped_lines: int = 0
     """Torn or junk lines of metrics.jsonl that were skipped."""
 
 
-def load_run(
-    root: str | Path, monitor: MonitorConfig | None = None, replay_with: Sequence[str] | None = None
-) -> RunData:
+def load_run(root: str | Path, replay_with: Sequence[str] | None = None) -> RunData:
     """Read a run's metrics and alerts; without alerts.jsonl the alerts are recomputed by
-    replaying the metrics through the detector (``monitor``, else the run's own config).
+    replaying the metrics through the detector with the run's own settings.
     ``replay_with`` (``key=value`` detector settings over the run's own, possibly none)
     replays every run, alerts.jsonl or not: to read old runs with other thresholds."""
     run = RunDir(Path(root))
-    if not run.metrics.is_file():
-        raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
+    check_metrics(run)
     read = read_jsonl(run.metrics)
     records = sorted(
         (r for r in read.records if isinstance(r.get("step"), int)), key=lambda r: r["step"]
     )
-    if replay_with is not None:
-        alerts = replay(records, monitor_config_from_file(run.config, replay_with))
-        source = " ".join(["replayed", *replay_with])
-    elif run.alerts.is_file():
+    if replay_with is None and run.alerts.is_file():
         fields = Alert.__dataclass_fields__.keys()
         alerts = [
             Alert.from_record(r) for r in read_jsonl(run.alerts).records if fields <= r.keys()
         ]
         source = "alerts.jsonl"
     else:
-        alerts = replay(records, monitor or monitor_config_from_file(run.config))
-        source = "replayed"
+        settings, described = detector_settings(run, replay_with or ())
+        alerts, source = replay(records, settings), f"replayed, {described}"
     name = run.root.resolve().name
     return RunData(name, run.root, records, alerts, source, len(read.skipped))
 
@@ -379,17 +375,20 @@ def write_report(
     out: str | Path,
     *,
     alpha: float = DEFAULT_SMOOTHING,
-    monitor: MonitorConfig | None = None,
     replay_with: Sequence[str] | None = None,
 ) -> list[Path]:
     """Write ``out``/PLOT.png for every plot with data, and ``out``/summary.md; returns the
     paths written. ``replay_with``: see `load_run`."""
-    runs = [load_run(root, monitor, replay_with) for root in roots]
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunDirError(
+            f"--out {out} is a file: name a folder (a report is several files), e.g. {out}.d"
+        )
+    runs = [load_run(root, replay_with) for root in roots]
     if len({r.name for r in runs}) != len(runs):
         # the legend tells runs apart by name: runs/a/seed0 and runs/b/seed0 become a/seed0
         for run in runs:
             run.name = "/".join(run.root.resolve().parts[-2:])
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     data = plot_data(runs, alpha)

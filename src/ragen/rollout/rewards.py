@@ -12,6 +12,11 @@ A term ``f(turn) -> float`` sees the `Turn` (reply, think, answer, actions, rewa
 format_ok, think_tokens, ...) and adds ``weight * f(turn)`` to the turn's reward; the trainer
 logs its mean per episode as ``reward/<name>``. Terms act on what the reply did, never on the
 token ids, so a term cannot reach into the update.
+
+A ``module:function`` term is user code, imported only when a run starts (`resolve`), from
+the config the user passed (a preset file, an override, or the config.yaml of the run they
+resume). Checking or showing a config imports nothing: `check_name` judges only the shape of
+the name.
 """
 
 from __future__ import annotations
@@ -39,19 +44,29 @@ def think_tokens(turn: Turn) -> float:
 BUILTIN: dict[str, TermFn] = {"think_bonus": think_bonus, "think_tokens": think_tokens}
 
 
-def resolve(name: str) -> TermFn:
-    """The function a config name stands for: a built-in, or ``package.module:function``.
-
-    Raises ValueError saying what is allowed when the name names nothing callable.
-    """
+def check_name(name: str) -> None:
+    """Raise ValueError unless ``name`` is a built-in or has the shape ``package.module:function``
+    (dotted identifiers); nothing is imported, so checking a config never runs its code."""
     if name in BUILTIN:
-        return BUILTIN[name]
+        return
     if name in ALWAYS:
         raise ValueError(f"{name!r} is always part of the reward; it is not a shaping term")
     module_name, sep, attr = name.partition(":")
-    if not sep or not module_name or not attr:
+    if not (sep and attr.isidentifier() and all(p.isidentifier() for p in module_name.split("."))):
         allowed = ", ".join(BUILTIN)
         raise ValueError(f"unknown reward term {name!r}: use one of {allowed}, or module:function")
+
+
+def resolve(name: str) -> TermFn:
+    """The function a config name stands for: a built-in, or ``package.module:function``,
+    which is imported here (user code: call this only when a run starts).
+
+    Raises ValueError saying what is allowed when the name names nothing callable.
+    """
+    check_name(name)
+    if name in BUILTIN:
+        return BUILTIN[name]
+    module_name, _, attr = name.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:

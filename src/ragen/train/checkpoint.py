@@ -16,17 +16,32 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pickle
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ragen.monitor.logging import RunDir
 from ragen.train import distributed, fsdp
 
 STATE_FILE = "trainer_state.json"
+FILES_KEY = "files"
+"""Key of the trainer state that lists the checkpoint's files with their sizes in bytes."""
+LOAD_ERRORS = (
+    OSError,
+    RuntimeError,
+    ValueError,
+    KeyError,
+    EOFError,
+    pickle.UnpicklingError,
+    SafetensorError,
+)
+"""What loading a damaged checkpoint raises: a file cut short or overwritten (safetensors,
+torch.load's zip and pickle readers, JSON), or one whose tensors do not fit the model."""
 
 
 def _trainable(model) -> dict[str, torch.Tensor]:
@@ -92,36 +107,70 @@ def save_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step_<step>`` atomically; keep the newest ``keep`` checkpoints and
     the one with the best ``eval_success`` in its state (the rollback target). Every rank
-    calls it (sharded models are gathered first); rank 0 writes."""
+    calls it (sharded models are gathered first); rank 0 writes. A write that fails (a full
+    disk, a size limit) raises RunDirError and leaves no temporary folder."""
     final = run.checkpoint(step)
     whole = _whole(policy, critic, optimizers)
     if not distributed.is_main():
         return final
+    sweep(run)
     tmp = final.with_name(f".{final.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    if _is_lora(policy):
-        copy.deepcopy(policy).merge_and_unload().save_pretrained(tmp)
-        save_file(_trainable(policy), tmp / "policy_trainable.safetensors")
-    else:
-        policy.save_pretrained(tmp, state_dict=whole.policy)
-    tokenizer.save_pretrained(tmp)
-    if whole.critic is not None:
-        save_file(whole.critic, tmp / "critic_trainable.safetensors")
-    torch.save(whole.optimizers, tmp / "optimizer.pt")
-    (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _prune(run, keep)
+    try:
+        with run.writing(final):
+            tmp.mkdir(parents=True)
+            _write(tmp, policy, tokenizer, whole)
+            files = {f.name: f.stat().st_size for f in sorted(tmp.iterdir())}
+            state = {"step": step, **state, FILES_KEY: files}
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+            if final.exists():
+                _discard(final)
+            os.replace(tmp, final)
+            _prune(run, keep)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return final
 
 
+def _write(folder: Path, policy, tokenizer, whole: _Whole) -> None:
+    """Every file of a checkpoint but its state."""
+    if _is_lora(policy):
+        copy.deepcopy(policy).merge_and_unload().save_pretrained(folder)
+        save_file(_trainable(policy), folder / "policy_trainable.safetensors")
+    else:
+        policy.save_pretrained(folder, state_dict=whole.policy)
+    tokenizer.save_pretrained(folder)
+    if whole.critic is not None:
+        save_file(whole.critic, folder / "critic_trainable.safetensors")
+    torch.save(whole.optimizers, folder / "optimizer.pt")
+
+
 def _prune(run: RunDir, keep: int) -> None:
-    best = best_checkpoint(run)
-    for old in complete_checkpoints(run)[:-keep]:
-        if old != best:
-            shutil.rmtree(old)
+    """Remove every checkpoint but the newest ``keep`` intact ones and the best one; damaged
+    ones go too."""
+    done = complete_checkpoints(run)
+    kept = {*done[-keep:], best_checkpoint(run)}
+    for folder in checkpoint_folders(run):
+        if folder not in kept:
+            _discard(folder)
+
+
+def _discard(folder: Path) -> None:
+    """Remove a checkpoint folder so that no moment shows it half deleted: renamed to a
+    hidden name first (which no reader takes for a checkpoint), then deleted. A removal cut
+    short leaves the hidden folder, which ``sweep`` deletes."""
+    hidden = folder.with_name(f".{folder.name}.discarded")
+    shutil.rmtree(hidden, ignore_errors=True)
+    os.replace(folder, hidden)
+    shutil.rmtree(hidden)
+
+
+def sweep(run: RunDir) -> None:
+    """Delete what interrupted writes and removals left: the hidden folders beside the
+    checkpoints. Only the run's one writer (see runlock.py) calls it."""
+    if run.checkpoints.is_dir():
+        for leftover in run.checkpoints.glob(".step_*"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def best_checkpoint(run: RunDir) -> Path | None:
@@ -135,12 +184,44 @@ def best_checkpoint(run: RunDir) -> Path | None:
     return max(scored)[2] if scored else None
 
 
-def complete_checkpoints(run: RunDir) -> list[Path]:
-    """Finished checkpoints, oldest first (a temporary folder is never one)."""
+def checkpoint_folders(run: RunDir) -> list[Path]:
+    """Every ``step_N`` folder, oldest first, intact or not (temporary and discarded folders
+    have hidden names, never matched here)."""
     if not run.checkpoints.is_dir():
         return []
-    done = [p for p in run.checkpoints.glob("step_*") if (p / STATE_FILE).is_file()]
-    return sorted(done, key=lambda p: int(p.name.removeprefix("step_")))
+    found = [p for p in run.checkpoints.glob("step_*") if p.is_dir()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("step_")))
+
+
+def complete_checkpoints(run: RunDir) -> list[Path]:
+    """Intact checkpoints (every file present at its written size), oldest first."""
+    return [p for p in checkpoint_folders(run) if damage(p) is None]
+
+
+def damage(path: Path) -> str | None:
+    """What makes the checkpoint at ``path`` unusable, in a few words; None when every file
+    its state lists is there at the size it was written with."""
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+        files = state[FILES_KEY] if FILES_KEY in state else _legacy_files(path)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"{STATE_FILE} is missing or unreadable ({type(err).__name__})"
+    for name, size in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if size is not None and file.stat().st_size != size:
+            return f"{name} has {file.stat().st_size:,} of its {size:,} bytes"
+    return None
+
+
+def _legacy_files(path: Path) -> dict[str, int | None]:
+    """The files a checkpoint written before file lists were recorded must hold (sizes
+    unknown): the optimiser states and the policy's weights."""
+    weights = "model.safetensors"
+    if (path / "policy_trainable.safetensors").exists():
+        weights = "policy_trainable.safetensors"
+    return {"optimizer.pt": None, weights: None}
 
 
 def _weights_of(model, tensors: dict[str, torch.Tensor], what: str) -> dict[str, torch.Tensor]:

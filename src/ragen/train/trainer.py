@@ -24,9 +24,16 @@ from tqdm import tqdm
 
 from ragen import models
 from ragen.algos import NEEDS_CRITIC, estimate, select_groups
-from ragen.config import Config, to_dict
+from ragen.config import Config, ConfigError, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
-from ragen.monitor.logging import MetricsLogger, RunDir, append_jsonl, read_jsonl, rewrite_jsonl
+from ragen.monitor.logging import (
+    MetricsLogger,
+    RunDir,
+    RunDirError,
+    append_jsonl,
+    read_jsonl,
+    rewrite_jsonl,
+)
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.generator import make_generator
@@ -211,9 +218,11 @@ class Trainer:
         metrics.update(self.maybe_measure_templates(step, trajectories))
         metrics.update(self.maybe_evaluate(step, last))
         if log is not None:
-            log.log(step, metrics)
+            with self.run.writing(self.run.metrics):
+                log.log(step, metrics)
             if self.config.logging.save_trajectories:
-                log.log_episodes(step, [t.to_record() for t in trajectories])
+                with self.run.writing(self.run.trajectory_file(step)):
+                    log.log_episodes(step, [t.to_record() for t in trajectories])
         self.watch(step, metrics)
         self.maybe_checkpoint(step, last)
         return metrics
@@ -350,7 +359,8 @@ class Trainer:
                     self.generator, self.m.tokenizer, self.config, request, progress=False
                 )
             if distributed.is_main():
-                append_jsonl(self.run.evals, [{"step": step, **summary}])
+                with self.run.writing(self.run.evals):
+                    append_jsonl(self.run.evals, [{"step": step, **summary}])
             for key in ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean"):
                 metrics[f"eval/{env}/{key}"] = summary[key]
             say(
@@ -390,7 +400,8 @@ class Trainer:
             return []
         alerts = self.detector.update(step, metrics) if distributed.is_main() else []
         if alerts:
-            append_jsonl(self.run.alerts, [a.to_record() for a in alerts])
+            with self.run.writing(self.run.alerts):
+                append_jsonl(self.run.alerts, [a.to_record() for a in alerts])
             for alert in alerts:
                 tqdm.write(alert.line())
         if distributed.broadcast(bool(self.detector.actionable(alerts))):
@@ -477,34 +488,101 @@ class Trainer:
 
     def _logger(self) -> MetricsLogger:
         c = self.config.logging
-        return MetricsLogger(
-            self.run,
-            tensorboard=c.tensorboard,
-            wandb=c.wandb,
-            wandb_project=c.wandb_project,
-            config=to_dict(self.config),
-        )
+        with self.run.writing(self.run.tensorboard):
+            return MetricsLogger(
+                self.run,
+                tensorboard=c.tensorboard,
+                wandb=c.wandb,
+                wandb_project=c.wandb_project,
+                config=to_dict(self.config),
+            )
 
     def _resume(self) -> int:
-        """Load the newest complete checkpoint (rank 0 chooses it, every rank loads it); drop
-        what the run logged after it."""
-        done = checkpoint.complete_checkpoints(self.run)
-        latest = distributed.broadcast(done[-1] if done else None)
-        if latest is None:
-            return 0
-        _check_visible(latest)
-        state = checkpoint.load_checkpoint(
-            latest, policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
-        )
-        step = int(state["step"])
+        """Load the newest checkpoint that loads (rank 0 lists them, every rank loads), saying
+        which damaged ones it passed over; drop what the run logged after it (everything,
+        when it has no checkpoint yet) so that each step is logged once."""
+        folders = distributed.broadcast(checkpoint.checkpoint_folders(self.run))
+        step, skipped = 0, []
+        for path in reversed(folders):
+            problem = distributed.broadcast(checkpoint.damage(path))
+            if problem is None:
+                _check_visible(path)
+                problem = self._restore(path)
+            if problem is None:
+                step = int(path.name.removeprefix("step_"))
+                if skipped:
+                    say(f"resuming from {path.name}; skipped {'; '.join(skipped)}")
+                break
+            skipped.append(f"{path.name}: {problem}")
+        else:
+            if folders:
+                raise RunDirError(
+                    f"no checkpoint of {self.run.root} is intact ({'; '.join(skipped)}): "
+                    "nothing to resume from; start a new run with --out"
+                )
+            say(f"{self.run.root} has no checkpoint yet: starting again from step 0")
+        if distributed.is_main():
+            checkpoint.sweep(self.run)
+            truncate_after(self.run, step)
+        return step
+
+    def _restore(self, path) -> str | None:
+        """Load the checkpoint at ``path`` into the models and the trainer; what went wrong
+        if it does not load (the same answer on every rank)."""
+        try:
+            state = checkpoint.load_checkpoint(
+                path, policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
+            )
+        except checkpoint.LOAD_ERRORS as err:
+            lines = str(err).strip().splitlines()
+            problem = f"does not load ({type(err).__name__}: {lines[0] if lines else ''})"
+        else:
+            problem = None
+        problems = [p for p in distributed.gather(problem) if p is not None]
+        if problems:
+            return problems[0]
         self.rollbacks = int(state.get("rollbacks", 0))
         self.eval_success = state.get("eval_success")
         if self.detector is not None and "monitor" in state:
             self.detector.load_state_dict(state["monitor"])
         self._apply_rollback_filter(self.rollbacks)  # the rates are set by every update
-        if distributed.is_main():
-            truncate_after(self.run, step)
-        return step
+        return None
+
+
+# Settings the checkpoints' tensors were shaped by: a resume cannot change them.
+SHAPING_KEYS = ("model.spec", "model.lora_rank")
+LORA_KEYS = ("model.lora_alpha", "model.lora_targets")  # shaping too, when LoRA is on
+
+
+def check_resume(run: RunDir, saved: Config, asked: Config) -> None:
+    """Refuse a resume of ``run`` (trained with ``saved``) with settings its checkpoints
+    cannot take (``asked``): another model or LoRA, a critic added or dropped, fewer steps
+    than are done. Reads only; raises ConfigError with one line naming the key and the fix."""
+    keys = SHAPING_KEYS + (LORA_KEYS if saved.model.lora_rank > 0 else ())
+    for key in keys:
+        section, name = key.split(".")
+        before = getattr(getattr(saved, section), name)
+        after = getattr(getattr(asked, section), name)
+        if before != after:
+            raise ConfigError(
+                f"config: {key}={after} cannot apply to {run.root}, whose checkpoints were "
+                f"trained with {key}={before}: drop the override, or start a new run with --out"
+            )
+    critic = saved.algo.estimator in NEEDS_CRITIC
+    if critic != (asked.algo.estimator in NEEDS_CRITIC):
+        held, want = ("hold", "one of") if critic else ("hold no", "none of")
+        raise ConfigError(
+            f"config: algo.estimator={asked.algo.estimator} cannot apply to {run.root}, whose "
+            f"checkpoints {held} critic (algo.estimator={saved.algo.estimator}): use {want} "
+            f"{', '.join(sorted(NEEDS_CRITIC))}, or start a new run with --out"
+        )
+    done = checkpoint.complete_checkpoints(run)
+    steps_done = int(done[-1].name.removeprefix("step_")) if done else 0
+    if asked.trainer.steps < steps_done:
+        raise ConfigError(
+            f"config: trainer.steps={asked.trainer.steps} is fewer than the {steps_done} steps "
+            f"{run.root} has done: set trainer.steps={steps_done} or more, or drop the override"
+        )
 
 
 def _check_visible(path) -> None:
@@ -524,7 +602,9 @@ def truncate_after(run: RunDir, step: int) -> None:
         read = read_jsonl(path)
         kept = [r for r in read.records if int(r.get("step", -1)) < step]
         if len(kept) != len(read.records) or read.skipped:
-            rewrite_jsonl(path, kept)
+            with run.writing(path):
+                rewrite_jsonl(path, kept)
     for episodes in run.trajectories.glob("step_*.jsonl"):
         if int(episodes.stem.removeprefix("step_")) >= step:
-            episodes.unlink()
+            with run.writing(episodes):
+                episodes.unlink()

@@ -45,7 +45,6 @@ STATIC = {
     "viewer.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def static_text(name: str) -> str:

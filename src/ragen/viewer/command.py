@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import ipaddress
 import socket
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ from ragen.viewer.store import MAX_STEP, RunStore, StepKey, parse_step
 
 DEFAULT_PORT = 8765
 DEFAULT_HOST = "127.0.0.1"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+"""Host headers a loopback server always accepts, besides the address it was given."""
 
 
 def _step_arg(text: str) -> StepKey:
@@ -74,9 +76,30 @@ def run(args: argparse.Namespace) -> int:
     return serve(root, host=args.host, port=args.port, step=args.step)
 
 
+def loopback_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address ``host`` names if it is a loopback one (127.0.0.0/8, ::1, localhost),
+    written in any form the socket layer binds to (``127.1``, ``0x7f.1``); else None."""
+    if host.lower() == "localhost":
+        return ipaddress.ip_address("127.0.0.1")
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        try:  # the shorthand IPv4 forms ipaddress refuses but bind() accepts
+            address = ipaddress.IPv4Address(socket.inet_aton(host))
+        except (OSError, ValueError):  # ValueError: a NUL in the text
+            return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return address if address.is_loopback else None
+
+
 def allowed_hosts(host: str) -> list[str] | None:
-    """Host headers accepted: loopback names when bound to loopback, else any."""
-    return list(LOOPBACK) if host in LOOPBACK else None
+    """Host headers accepted: when bound to loopback, the loopback names and the address
+    given (as typed and in canonical form); else any (None)."""
+    address = loopback_address(host)
+    if address is None:
+        return None
+    return list(dict.fromkeys([*LOOPBACK_NAMES, host.strip("[]").lower(), str(address)]))
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -101,13 +124,14 @@ def serve(root: Path, *, host: str, port: int, step: StepKey | None = None) -> i
     from ragen.viewer.app import create_app
 
     check_port_free(host, port)
-    app = create_app(root, allowed_hosts=allowed_hosts(host))
+    allowed = allowed_hosts(host)
+    app = create_app(root, allowed_hosts=allowed)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
     if step is not None:
         url += f"#/step/{step}"
     print(f"ragen view: {root} at {url} (Ctrl+C to stop)")
-    if host not in LOOPBACK:
+    if allowed is None:
         print(
             f"ragen view: listening on {host}: anyone who can reach this machine can read the run",
             file=sys.stderr,

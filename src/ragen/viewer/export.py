@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ragen.monitor.logging import RunDirError
+from ragen.monitor.logging import RunDirError, write_atomic
 from ragen.viewer.app import static_text
 from ragen.viewer.store import EVAL, NotFound, RunStore, StepKey, file_notices
 
@@ -28,7 +28,7 @@ def default_step(store: RunStore) -> StepKey:
     steps = store.episode_steps()
     if steps:
         return steps[-1]
-    if store.trajectory_path(EVAL).is_file():
+    if store.has_eval_episodes():
         return EVAL
     raise RunDirError(
         f"{store.run.root} has no trajectories to export (trajectories/step_*.jsonl): "
@@ -93,7 +93,8 @@ def render_export(data: dict) -> str:
 
 def export_step(root: str | Path, step: StepKey | None, out: str | Path) -> tuple[StepKey, int]:
     """Write step ``step`` (None: the latest) of run ``root`` to ``out``; returns the step
-    and the number of episodes written."""
+    and the number of episodes written. The page is written aside and renamed over ``out``,
+    so a failed export leaves an existing ``out`` as it was."""
     store = RunStore(root)
     chosen = default_step(store) if step is None else step
     data = export_data(store, chosen)
@@ -102,5 +103,12 @@ def export_step(root: str | Path, step: StepKey | None, out: str | Path) -> tupl
         raise RunDirError(f"--export {out} is a folder: name a file, e.g. {out / 'step.html'}")
     if not out.parent.is_dir():
         raise RunDirError(f"--export {out}: folder {out.parent} does not exist; create it first")
-    out.write_text(render_export(data), encoding="utf-8")
+    page = render_export(data)
+    try:
+        write_atomic(out, page)
+    except OSError as err:
+        raise RunDirError(
+            f"cannot write --export {out} ({err.strerror or err}); nothing was changed: "
+            "free space, or name a file in a folder you can write"
+        ) from err
     return chosen, len(data["records"])

@@ -7,19 +7,21 @@ reads only the bytes appended since (the trainer only appends). A file replaced 
 rewrites it) or shrunk is indexed again from the start.
 
 A line without its ``\\n`` at the end of the file is not indexed: it is either still being
-written or was torn by a killed run. Lines that are not JSON objects are skipped and their
-numbers kept, so the page can say what it left out.
+written or was torn by a killed run. Lines that are not JSON objects, or that no page could
+show (see `parse_line`), are skipped and their numbers kept, so the page can say what it left
+out.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ragen.monitor.logging import parse_line
 
 PREVIEW_CHARS = 160
 
@@ -48,8 +50,9 @@ def as_str(value: Any) -> str:
 
 
 def loads(line: bytes) -> Any:
-    """json.loads, with NaN and Infinity read as None: the page's JSON cannot carry them."""
-    return json.loads(line, parse_constant=lambda _: None)
+    """`parse_line` (ValueError for a torn or unusable line), with NaN and Infinity read as
+    None: the page's JSON cannot carry them."""
+    return parse_line(line, parse_constant=lambda _: None)
 
 
 def turns_of(record: dict) -> list[dict]:
@@ -191,7 +194,7 @@ class FileIndex:
             return
         try:
             record = loads(line)
-        except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
+        except ValueError:  # see parse_line
             record = None
         if not isinstance(record, dict):
             self.skipped.append(self.lines)

@@ -2,8 +2,10 @@
 
 Every path is built here from validated integers (``RunDir.trajectory_file``) or fixed
 names; no string from a request is ever joined into a path, so no request can reach a file
-outside the run directory. Everything is read on demand and cached by file stamp, so a run
-still training shows its new steps without a restart.
+outside the run directory. Nor can the run directory itself: a file or folder in it that
+resolves elsewhere (a symlink out of it) is never read, and the page says what was left out.
+Everything is read on demand and cached by file stamp, so a run still training shows its new
+steps without a restart.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from ragen.agent.parsing import PROBLEMS
+from ragen.config import ConfigError, read_yaml
 from ragen.monitor.logging import JsonlRead, RunDir, RunDirError, read_jsonl
 from ragen.viewer.index import FileIndex, IndexCache, as_float, as_int, as_str, turns_of
 
@@ -97,21 +98,41 @@ class EpisodeQuery:
         )
 
 
+def inside(path: Path, root: Path) -> bool:
+    """Whether ``path``, symlinks followed, lies in ``root`` (an absolute, resolved path)."""
+    return Path(os.path.realpath(path)).is_relative_to(root)
+
+
+def outside_notice(name: str) -> str:
+    return f"{name} links outside the run directory and is not read"
+
+
 class _CachedJsonl:
     """A small JSONL file (metrics, alerts, evals) re-read only when its stamp changes."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, root: Path) -> None:
+        self.path, self.root = path, root
         self._stamp: tuple | None = None
-        self._read = JsonlRead([], [])
+        self._read: tuple[JsonlRead, str | None] = (JsonlRead([], []), None)
         self._lock = threading.Lock()
 
-    def get(self) -> JsonlRead:
+    def get(self) -> tuple[JsonlRead, str | None]:
+        """The file's records, and a notice saying what was left out (None: nothing)."""
         with self._lock:
-            stamp = _stamp(self.path)
+            stamp = _stamp(self.path)  # follows a symlink: a new target is a new stamp
             if stamp != self._stamp:
-                self._read, self._stamp = read_jsonl(self.path), stamp
+                self._read, self._stamp = self._load(), stamp
             return self._read
+
+    def _load(self) -> tuple[JsonlRead, str | None]:
+        name = self.path.name
+        if not inside(self.path, self.root):
+            return JsonlRead([], []), outside_notice(name)
+        try:
+            read = read_jsonl(self.path)
+        except RunDirError as err:  # e.g. a folder where the file should be
+            return JsonlRead([], []), str(err)
+        return read, (_skip_notice(name, read.skipped) if read.skipped else None)
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
@@ -129,9 +150,9 @@ class RunStore:
         self.run = RunDir(Path(root).resolve())
         check_run_dir(self.run)
         self.indexes = IndexCache()
-        self._metrics = _CachedJsonl(self.run.metrics)
-        self._alerts = _CachedJsonl(self.run.alerts)
-        self._evals = _CachedJsonl(self.run.evals)
+        self._metrics = _CachedJsonl(self.run.metrics, self.run.root)
+        self._alerts = _CachedJsonl(self.run.alerts, self.run.root)
+        self._evals = _CachedJsonl(self.run.evals, self.run.root)
 
     # ------------------------------------------------------------------ paths
 
@@ -143,15 +164,38 @@ class RunStore:
         return self.run.trajectory_file(step)
 
     def episode_steps(self) -> list[int]:
-        """Training steps that have a trajectories file, ascending."""
+        """Training steps that have a trajectories file (inside the run), ascending."""
+        return self._step_files()[0]
+
+    def _step_files(self) -> tuple[list[int], list[str]]:
+        """The steps of `episode_steps`, and the names of trajectories files (or of the
+        folder) that link outside the run directory: those are never read."""
+        folder = self.run.trajectories
+        if not inside(folder, self.run.root):
+            return [], [folder.name]
         try:
-            names = [entry.name for entry in os.scandir(self.run.trajectories)]
+            entries = list(os.scandir(folder))
         except OSError:
-            return []
-        return sorted(int(m[1]) for name in names if (m := _STEP_FILE.fullmatch(name)))
+            return [], []
+        steps, outside = [], []
+        for entry in entries:
+            if match := _STEP_FILE.fullmatch(entry.name):
+                # only a symlink can lead out: a plain entry skips the realpath call
+                if entry.is_symlink() and not inside(Path(entry.path), self.run.root):
+                    outside.append(f"{folder.name}/{entry.name}")
+                else:
+                    steps.append(int(match[1]))
+        return sorted(steps), sorted(outside)
+
+    def has_eval_episodes(self) -> bool:
+        path = self.trajectory_path(EVAL)
+        return path.is_file() and inside(path, self.run.root)
 
     def index(self, step: StepKey) -> FileIndex:
-        index = self.indexes.get(self.trajectory_path(step))
+        path = self.trajectory_path(step)
+        if not inside(path, self.run.root):
+            raise NotFound(outside_notice(self._relative(step)))
+        index = self.indexes.get(path)
         if not index.exists:
             raise NotFound(f"no episodes saved for step {step}: {self._have()}")
         return index
@@ -177,18 +221,16 @@ class RunStore:
 
     def overview(self) -> dict:
         """Run name, config summary, per-step metrics, alerts, evals and notices."""
-        metrics, alerts, evals = self._metrics.get(), self._alerts.get(), self._evals.get()
-        notices = [
-            _skip_notice(name, read.skipped)
-            for name, read in (("metrics.jsonl", metrics), ("alerts.jsonl", alerts))
-            if read.skipped
-        ]
-        if evals.skipped:
-            notices.append(_skip_notice("eval.jsonl", evals.skipped))
+        (metrics, metrics_notice), (alerts, alerts_notice), (evals, evals_notice) = (
+            self._metrics.get(),
+            self._alerts.get(),
+            self._evals.get(),
+        )
         config, config_notice = self._config()
-        if config_notice:
-            notices.append(config_notice)
-        with_episodes = set(self.episode_steps())
+        steps, outside = self._step_files()
+        notices = [metrics_notice, alerts_notice, evals_notice, config_notice]
+        notices = [n for n in notices if n] + [outside_notice(name) for name in outside]
+        with_episodes = set(steps)
         rows = {}
         for record in metrics.records:
             step = as_int(record.get("step"))
@@ -200,7 +242,7 @@ class RunStore:
             "name": self.run.root.name,
             "config": config,
             "steps": [{**rows[s], "episodes": s in with_episodes} for s in sorted(rows)],
-            "eval_episodes": (self.run.trajectories / "eval.jsonl").is_file(),
+            "eval_episodes": self.has_eval_episodes(),
             "alerts": [_alert(r) for r in alerts.records],
             "evals": [_eval(r) for r in evals.records],
             "problems": PROBLEMS,
@@ -283,13 +325,15 @@ class RunStore:
         return str(self.trajectory_path(step).relative_to(self.run.root))
 
     def _config(self) -> tuple[dict, str | None]:
-        try:
-            data = yaml.safe_load(self.run.config.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not inside(self.run.config, self.run.root):
+            return {}, outside_notice(self.run.config.name)
+        if not self.run.config.exists():
             return {}, None
-        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        try:
+            data = read_yaml(self.run.config)
+        except ConfigError:
             return {}, "config.yaml could not be read; the run's settings are not shown"
-        return config_summary(data if isinstance(data, dict) else {}), None
+        return config_summary(data), None
 
 
 def check_run_dir(run: RunDir) -> None:
@@ -323,7 +367,17 @@ def config_summary(data: dict) -> dict:
         "group_size": get("rollout", "group_size"),
         "estimator": get("algo", "estimator"),
     }
-    return {k: str(v) for k, v in fields.items() if isinstance(v, str | int | float)}
+    shown = {k: str(v) for k, v in fields.items() if isinstance(v, str | int | float)}
+    return {k: v for k, v in shown.items() if _encodable(v)}
+
+
+def _encodable(text: str) -> bool:
+    """False for text with a lone surrogate (YAML reads "\\ud800"): no response can hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def file_notices(index: FileIndex, name: str) -> list[str]:
