@@ -21,6 +21,7 @@ import math
 import re
 import reprlib
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -608,11 +609,7 @@ def _check_reward_terms(c: Config) -> None:
     :func:`import_reward_terms`)."""
     from ragen.rollout import rewards
 
-    for name in c.rollout.reward_terms:
-        try:
-            rewards.check_name(name)
-        except ValueError as err:
-            raise ConfigError(f"config: rollout.reward_terms: {_reason(err)}") from None
+    _judge_reward_terms(c, rewards.check_name)
 
 
 def import_reward_terms(c: Config) -> None:
@@ -621,9 +618,14 @@ def import_reward_terms(c: Config) -> None:
     writes anything, so that a term that cannot be imported leaves nothing behind."""
     from ragen.rollout import rewards
 
+    _judge_reward_terms(c, rewards.resolve)
+
+
+def _judge_reward_terms(c: Config, judge: Callable[[str], object]) -> None:
+    """Run ``judge`` on each term's name; its ValueError becomes a one-line ConfigError."""
     for name in c.rollout.reward_terms:
         try:
-            rewards.resolve(name)
+            judge(name)
         except ValueError as err:
             raise ConfigError(f"config: rollout.reward_terms: {_reason(err)}") from None
 

@@ -51,16 +51,28 @@ RUN = [
     "logging.tensorboard=false",
 ]
 # Weights of the 2-process run equal the 1-process ones up to the order in which float32
-# gradients are summed (rank shares added, then reduced, instead of one running sum): 3.6e-7
-# at most here, after 2 steps (4 AdamW steps) and after 4. A real mistake (a rank that trains
-# on its own gradient, a lost micro-batch, optimiser state not restored on resume) moves
-# AdamW weights by a good share of the learning rate, 1e-3 (without the gradient sum: 7.5e-3
-# after 2 steps): the tolerance sits far between.
+# gradients are summed (rank shares added, then reduced, instead of one running sum), and
+# training amplifies that rounding by an amount that depends on the machine's kernels. On a
+# 2-core AVX2 EPYC: after 2 steps (4 AdamW steps at lr 1e-3) at most 3.1e-6 apart (FSDP2:
+# 4.4e-5); after 4 steps, resumed from the 2-process checkpoint, 0.03% (FSDP2: 0.15%) of the
+# weights lay more than 1e-5 apart, the farthest by 6.5e-4 (an embedding row with a near-zero
+# gradient, where AdamW's step is about lr * sign(grad)), but the mean difference stayed at
+# 3.7e-7 (FSDP2: 9.4e-7); the resumed run was bit-identical to 4 uninterrupted 2-process
+# steps. A real mistake (a rank that trains on its own gradient, a lost micro-batch, optimiser
+# state not restored on resume) moves the weights by a good share of what training moves them
+# (two steps: 4.3e-4 on average, 51% of the weights by more than 1e-5). The mean difference
+# is held to MEAN_WEIGHT_ATOL, ten times the largest rounding seen and 40 times below that.
+MEAN_WEIGHT_ATOL = 1e-5
+# Optimiser states and a single update from the same weights follow to float rounding.
 WEIGHT_ATOL = 1e-5
-# Metrics follow the weights to float rounding, relatively; collapse/mi_estimate is a small
-# difference (1e-4 nats here) of log-likelihoods of about 60 nats, so it carries their
-# absolute rounding, about 1e-6 after 4 steps.
+# One update from the same weights reproduces its metrics to float rounding.
 METRIC_ATOL = 1e-5
+# Metrics of whole runs follow their weights: rollout metrics come from identical episodes,
+# update metrics from weights apart as above. On the EPYC, after 4 steps, actor/ratio_max moved
+# by 1.7e-4, the gradient norms by 3e-4 of themselves, actor/kl by 7.9e-5 and
+# collapse/mi_estimate (a difference of log-likelihoods of about 60 nats) by 3.2e-4. A wrong
+# gradient sum, or a rank's share missing from a metric, moves them by tens of percent.
+RUN_METRIC_TOL = 1e-3
 # Clip fractions count tokens on one side of a comparison; a token where the two sides tie
 # to float precision (the first mini-batch, where new and old values are equal) may land on
 # either. One token of the 2 epochs x 4 episodes x 6 reply tokens counted:
@@ -104,10 +116,12 @@ def _weights(run: RunDir, step: int) -> dict[str, torch.Tensor]:
     }
 
 
-def _max_difference(a: RunDir, b: RunDir, step: int) -> float:
+def _mean_difference(a: RunDir, b: RunDir, step: int) -> float:
+    """Mean absolute difference of the weights of step ``step``'s checkpoints."""
     wa, wb = _weights(a, step), _weights(b, step)
     assert wa.keys() == wb.keys()
-    return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    total = sum(float((wa[k] - wb[k]).abs().sum()) for k in wa)
+    return total / sum(w.numel() for w in wa.values())
 
 
 def _optimizer_difference(a: RunDir, b: RunDir, step: int) -> float:
@@ -126,7 +140,7 @@ def _optimizer_difference(a: RunDir, b: RunDir, step: int) -> float:
 
 def _assert_same_metrics(got: RunDir, want: RunDir, steps: int) -> None:
     """``got`` logged each of ``steps`` steps once, with every metric but the wall-clock ones
-    equal to those of ``want``'s first steps, up to float rounding."""
+    equal to those of ``want``'s first steps within RUN_METRIC_TOL."""
     records = [read_jsonl(got.metrics).records, read_jsonl(want.metrics).records[:steps]]
     assert [r["step"] for r in records[0]] == [r["step"] for r in records[1]] == list(range(steps))
     for g, w in zip(*records, strict=True):
@@ -135,8 +149,13 @@ def _assert_same_metrics(got: RunDir, want: RunDir, steps: int) -> None:
         for key, value in w.items():
             if "clipfrac" in key:
                 assert abs(g[key] - value) <= ONE_TOKEN + 1e-9, key
+            elif key == "collapse/retrieval_acc":
+                # An argmax over prompts whose log-likelihoods differ by about 1e-4 nats for
+                # the random model: one pair's pick may flip with the weights' rounding (seen
+                # with FSDP2 after 4 steps on the EPYC).
+                assert abs(g[key] - value) <= 1 / w["collapse/pairs"] + 1e-9, key
             else:
-                assert g[key] == pytest.approx(value, rel=1e-5, abs=METRIC_ATOL), key
+                assert g[key] == pytest.approx(value, rel=RUN_METRIC_TOL, abs=RUN_METRIC_TOL), key
 
 
 @contextmanager
@@ -171,7 +190,7 @@ def two_processes(tmp_path_factory) -> RunDir:
 
 
 def test_two_processes_train_what_one_process_trains(one_process, two_processes):
-    assert _max_difference(two_processes, one_process, 2) <= WEIGHT_ATOL
+    assert _mean_difference(two_processes, one_process, 2) <= MEAN_WEIGHT_ATOL
     _assert_same_metrics(two_processes, one_process, steps=2)
     for step in (0, 1):  # rank 0 wrote every episode of both ranks, in group order
         got = read_jsonl(two_processes.trajectory_file(step)).records
@@ -185,7 +204,7 @@ def test_two_processes_resume_from_their_checkpoint(one_process, two_processes, 
     run = RunDir(tmp_path / "resumed")
     shutil.copytree(two_processes.root, run.root)
     _ok(_torchrun(TWO_PROCESSES, ["--resume", str(run.root), "trainer.steps=4"]))
-    assert _max_difference(run, one_process, 4) <= WEIGHT_ATOL
+    assert _mean_difference(run, one_process, 4) <= MEAN_WEIGHT_ATOL
     _assert_same_metrics(run, one_process, steps=4)
 
 
@@ -203,8 +222,8 @@ def two_fsdp_processes(tmp_path_factory) -> RunDir:
 
 def test_two_fsdp_processes_train_what_one_process_trains(one_process, two_fsdp_processes):
     # Sharded, the gradients are summed per micro-batch and per shard (reduce-scatter) rather
-    # than per rank: float32 rounding again, 1.4e-7 at most here.
-    assert _max_difference(two_fsdp_processes, one_process, 2) <= WEIGHT_ATOL
+    # than per rank: float32 rounding again (see MEAN_WEIGHT_ATOL).
+    assert _mean_difference(two_fsdp_processes, one_process, 2) <= MEAN_WEIGHT_ATOL
     _assert_same_metrics(two_fsdp_processes, one_process, steps=2)
     for step in (0, 1):  # generated with the gathered weights: the same episodes
         got = read_jsonl(two_fsdp_processes.trajectory_file(step)).records
@@ -218,7 +237,7 @@ def test_two_fsdp_processes_resume_from_their_checkpoint(one_process, two_fsdp_p
     shutil.copytree(two_fsdp_processes.root, run.root)
     _ok(_torchrun(TWO_PROCESSES, ["--resume", str(run.root), "trainer.steps=4"]))
     assert config.load(str(run.root / "config.yaml")).trainer.parallel == "fsdp"
-    assert _max_difference(run, one_process, 4) <= WEIGHT_ATOL
+    assert _mean_difference(run, one_process, 4) <= MEAN_WEIGHT_ATOL
     _assert_same_metrics(run, one_process, steps=4)
 
 
@@ -306,7 +325,7 @@ def test_two_machines_on_localhost_train_together(one_process, tmp_path):
     outputs = [node.communicate(timeout=600) for node in nodes]
     for node, (_, err) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, err[-3000:]
-    assert _max_difference(run, one_process, 2) <= WEIGHT_ATOL
+    assert _mean_difference(run, one_process, 2) <= MEAN_WEIGHT_ATOL
     _assert_same_metrics(run, one_process, steps=2)
 
 
