@@ -533,14 +533,14 @@ def _check_combinations(c: Config) -> None:
             "a multiple of reuse_k",
         )
     _check_fsdp(c)
-    if not _is_device(t.device):
+    if not is_device(t.device):
         raise ConfigError(
             f"config: trainer.device={_shown(t.device)} is not allowed: must be auto, cpu, cuda "
             f"or cuda:N with N from 0 to {_MAX_CUDA_INDEX}"
         )
 
 
-def _is_device(name: str) -> bool:
+def is_device(name: str) -> bool:
     """Whether ``name`` is a device torch reads as written (auto, cpu, cuda, cuda:N)."""
     kind, sep, index = name.partition(":")
     if not sep:

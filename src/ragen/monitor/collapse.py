@@ -38,6 +38,7 @@ from typing import Literal
 
 from ragen import config
 from ragen.config import MonitorConfig
+from ragen.monitor.logging import RunDir
 
 REWARD = "rollout/reward_mean"
 SUCCESS = "rollout/success"
@@ -315,3 +316,14 @@ def monitor_config_from_file(path: str | Path, overrides: Sequence[str] = ()) ->
     built = config._build(MonitorConfig, section, "monitor.")
     config._check_ranges(built, "monitor.")
     return built
+
+
+def detector_settings(run: RunDir, overrides: Sequence[str] = ()) -> tuple[MonitorConfig, str]:
+    """The collapse detector's settings for ``run`` and where they came from, in words: a
+    replay with other settings than the run's own finds other alerts, so say which."""
+    monitor = monitor_config_from_file(run.config, overrides)  # ConfigError in one line
+    if run.config.is_file():
+        source = f"settings from {run.config}"
+    else:
+        source = f"default settings: {run.root} has no config.yaml"
+    return monitor, " + ".join([source, *overrides])

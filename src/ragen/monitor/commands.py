@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ragen.config import ConfigError
-from ragen.monitor.collapse import MonitorConfig, monitor_config_from_file, replay
-from ragen.monitor.logging import RunDir, RunDirError, read_jsonl
+from ragen.monitor.collapse import detector_settings, replay
+from ragen.monitor.logging import RunDir, RunDirError, check_metrics, read_jsonl
 
 MONITOR_SUMMARY = "replay a run's metrics through the collapse detector and print its alerts"
 REPORT_SUMMARY = "plot one or more runs (PNG) and summarise success and collapse timing"
@@ -39,24 +38,6 @@ def add_monitor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print each alert as a JSON object, one per line"
     )
-
-
-def check_metrics(run: RunDir) -> None:
-    """Refuse a folder without metrics.jsonl (a metrics.jsonl that is not a readable file is
-    refused by read_jsonl)."""
-    if not run.metrics.exists():
-        raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
-
-
-def detector_settings(run: RunDir, overrides: Sequence[str] = ()) -> tuple[MonitorConfig, str]:
-    """The collapse detector's settings for ``run`` and where they came from, in words: a
-    replay with other settings than the run's own finds other alerts, so say which."""
-    monitor = monitor_config_from_file(run.config, overrides)  # ConfigError in one line
-    if run.config.is_file():
-        source = f"settings from {run.config}"
-    else:
-        source = f"default settings: {run.root} has no config.yaml"
-    return monitor, " + ".join([source, *overrides])
 
 
 def run_monitor(args: argparse.Namespace) -> int:

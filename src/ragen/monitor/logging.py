@@ -120,6 +120,13 @@ def _write_reason(err: BaseException) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
+def check_metrics(run: RunDir) -> None:
+    """Refuse a folder without metrics.jsonl (a metrics.jsonl that is not a readable file is
+    refused by read_jsonl)."""
+    if not run.metrics.exists():
+        raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
+
+
 def default_run_root(preset: str, now: datetime | None = None) -> Path:
     """``runs/<preset name>-<UTC time>``; a path-like preset contributes its file stem."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")

@@ -22,9 +22,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ragen.monitor.collapse import Alert, replay
-from ragen.monitor.commands import check_metrics, detector_settings
-from ragen.monitor.logging import RunDir, RunDirError, read_jsonl
+from ragen.monitor.collapse import Alert, detector_settings, replay
+from ragen.monitor.logging import RunDir, RunDirError, check_metrics, read_jsonl
 
 DEFAULT_SMOOTHING = 0.1
 """EMA weight of one step in the smoothed curves (about TensorBoard's smoothing 0.9)."""

@@ -10,42 +10,36 @@ from __future__ import annotations
 import torch
 
 from ragen import models
-from ragen.config import Config, ConfigError, ModelConfig
+from ragen.config import Config, ConfigError, ModelConfig, is_device
 
 ALL_LINEAR = "all-linear"
 
 
-def check_runnable(config: Config, *, lora: bool = True) -> None:
-    """Raise ConfigError (or ModelError) with one line if ``config`` cannot run here.
-
-    ``lora=False`` skips the LoRA checks, for commands that never train (``ragen eval``).
-    """
+def check_runnable(config: Config) -> None:
+    """Raise ConfigError (or ModelError) with one line if ``config`` cannot train here."""
     check_device(config.trainer.device)
     m = config.model
     skeleton = models.build_skeleton(m.spec, allow_download=m.allow_download)
-    if lora and m.lora_rank > 0:
+    if m.lora_rank > 0:
         check_lora(skeleton, m)
 
 
 def check_device(name: str) -> None:
     """``trainer.device`` names a device this machine has (``auto`` always does)."""
-    if name in ("auto", "cpu"):
-        return
-    try:
-        device = torch.device(name)
-    except RuntimeError:
+    if not is_device(name):  # the schema's rule, for a name that did not come through it
         raise ConfigError(
             f"config: trainer.device={name!r} is not a device: use auto, cpu, cuda or cuda:N"
-        ) from None
-    if device.type != "cuda":
-        raise ConfigError(f"config: trainer.device={name!r} is not allowed: use auto, cpu or cuda")
+        )
+    if name in ("auto", "cpu"):
+        return
     if not torch.cuda.is_available():
         raise ConfigError(
             f"config: trainer.device={name!r}, but PyTorch sees no CUDA GPU on this machine: "
             "use trainer.device=cpu (or auto), or a CUDA build of PyTorch on a GPU machine"
         )
     count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
+    index = torch.device(name).index
+    if index is not None and index >= count:
         raise ConfigError(
             f"config: trainer.device={name!r}, but this machine has {count} GPU(s): "
             f"use cuda:0 to cuda:{count - 1}"
