@@ -125,6 +125,27 @@ BAD = [
         "no 5×5 room",
     ),
     (["rollout.reward_terms={no spaces:f: 1.0}"], "rollout.reward_terms", "module:function"),
+    # top_p keeps up to every group: a mini-batch may reach all episodes, not beyond
+    (
+        ["algo.filter_mode=top_p", "trainer.mini_batch_size=64"],
+        "trainer.mini_batch_size",
+        "64 > 32 = groups × group_size",
+    ),
+    (["algo.filter_mode=top_p", "rollout.group_size=1"], "algo.filter_top_p", "filter_top_p=1"),
+    (
+        ["algo.filter_include_zero=false", "algo.filter_ratio=1", "rollout.group_size=1"],
+        "algo.filter_include_zero",
+        "group_size >= 2",
+    ),
+    (
+        ["algo.filter_mode=top_p", "monitor.rollback_filter_ratio=0.25"],
+        "monitor.rollback_filter_ratio",
+        "filter_mode=std",
+    ),
+    (["algo.filter_top_p=0"], "algo.filter_top_p", "> 0.0"),
+    (["algo.filter_mode=top_k"], "algo.filter_mode", "std, std_rev, top_p"),
+    (["algo.whiten_advantages=2"], "algo.whiten_advantages", "true or false"),
+    (["rollout.format_penalty_mode=always"], "rollout.format_penalty_mode", "any_invalid"),
 ]
 
 
@@ -309,3 +330,38 @@ def test_a_relative_extends_is_read_from_the_folder_of_the_file_saying_it(tmp_pa
     monkeypatch.chdir(tmp_path / "elsewhere")
     c = config.load("../presets/mine.yaml")
     assert (c.trainer.steps, c.algo.gamma, c.env.name) == (7, 0.5, "bandit")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "whitens"),
+    [
+        ([], True),  # gae: RAGEN whitens GAE advantages
+        (["algo.estimator=bi_level_gae"], True),
+        (["algo.estimator=grpo"], False),
+        (["algo.estimator=rloo"], False),
+        (["algo.estimator=reinforce_pp"], False),  # whitens its own
+        (["algo.estimator=grpo", "algo.whiten_advantages=true"], True),
+        (["algo.whiten_advantages=false"], False),
+    ],
+)
+def test_advantage_whitening_follows_the_estimator_unless_set(overrides, whitens):
+    c = config.load("bandit", overrides)
+    assert c.algo.whitens() is whitens
+    if not any("whiten" in o for o in overrides):  # the default is shown as null
+        assert "whiten_advantages: null" in config.to_yaml(c)
+
+
+def test_top_p_bounds_the_mini_batch_by_every_episode():
+    c = config.load("bandit", ["algo.filter_mode=top_p", "trainer.mini_batch_size=32"])
+    assert config.kept_groups(c) == 8 and config.kept_episodes(c) == 32
+    # with one rollout per group top_p=1 keeps everything: filter_ratio is not read
+    config.load(
+        "bandit",
+        [
+            "algo.filter_mode=top_p",
+            "algo.filter_top_p=1",
+            "rollout.group_size=1",
+            "trainer.mini_batch_size=8",
+            "trainer.micro_batch_size=8",
+        ],
+    )

@@ -166,6 +166,81 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------------- sft
+
+
+def _sft_config(args: argparse.Namespace):
+    """(config, run dir) of a new `ragen sft` run or of the one being resumed."""
+    from pathlib import Path
+
+    from ragen import config, envs
+    from ragen.envs.experts import has_expert
+    from ragen.monitor.logging import RunDir, default_run_root
+    from ragen.train.trainer import check_resume
+
+    if args.env and "=" in args.env:  # `ragen sft --resume RUN key=value`: no env named
+        args.env, args.overrides = None, [args.env, *args.overrides]
+    if args.resume:
+        if args.env:
+            raise UsageError("--resume continues a run with its own env: drop ENV")
+        run = RunDir(Path(args.resume), command="sft")
+        if not run.config.is_file():
+            raise UsageError(f"{args.resume} is not a run directory (no config.yaml)")
+        cfg = config.load(str(run.config), args.overrides)
+        check_resume(run, config.load(str(run.config)), cfg, sft=True)
+        return cfg, run
+    if not args.env:
+        raise UsageError("name an environment (see `ragen envs`) or pass --resume RUN_DIR")
+    if args.env not in envs.names():
+        raise UsageError(f"unknown environment {args.env!r}: use one of {', '.join(envs.names())}")
+    preset = args.preset or config.preset_for_env(args.env)
+    if preset is None:
+        raise UsageError(f"no preset for env {args.env!r}: pass --preset NAME or a .yaml path")
+    cfg = config.load(preset, [*args.overrides, f"env.name={args.env}"])
+    if not has_expert(envs.make(cfg.env.name, **cfg.env.options)):
+        raise UsageError(f"{args.env} has no expert to imitate: ragen sft plays {_EXPERT_ENVS}")
+    out = Path(args.out) if args.out else default_run_root(f"sft-{args.env}")
+    run = RunDir(out, command="sft")
+    run.check_new()
+    return cfg, run
+
+
+_EXPERT_ENVS = "Sokoban, FrozenLake, Bandit and Countdown envs"
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    import copy
+    from contextlib import ExitStack
+
+    from ragen import config
+    from ragen.monitor import runlock
+    from ragen.monitor.logging import create_run_dir, rewrite_config
+    from ragen.train import distributed, preflight
+    from ragen.train.sft import SftTrainer
+
+    if distributed.world_size() > 1:
+        raise UsageError("ragen sft runs in one process: start it without torchrun")
+    cfg, run = _sft_config(args)  # a refused config leaves no folder behind
+    preflight.check_runnable(cfg)
+    config.import_reward_terms(cfg)  # evaluations score episodes with them
+    with ExitStack() as held:
+        held.enter_context(runlock.hold(run))
+        if not args.resume:
+            create_run_dir(run.root, cfg)
+        print(f"run directory: {run.root}")
+        asked = copy.deepcopy(cfg)
+        trainer = SftTrainer(cfg, run, resume=bool(args.resume))
+        if args.resume:  # recorded once the checkpoint has loaded
+            rewrite_config(run, asked)
+        try:
+            trainer.train()
+        except KeyboardInterrupt:
+            print(f"interrupted; continue with: ragen sft --resume {run.root}", file=sys.stderr)
+            return 130
+        print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
+    return EXIT_OK
+
+
 # -------------------------------------------------------------------------------- eval
 
 
@@ -329,6 +404,16 @@ def _add_train_command(commands) -> None:
     p.set_defaults(func=_cmd_train)
 
 
+def _add_sft_command(commands) -> None:
+    p = _command(commands, "sft", "fine-tune a policy on expert play (the cold start before RL)")
+    p.add_argument("env", nargs="?", help="environment name (see `ragen envs`)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sft.steps=60")
+    p.add_argument("--preset", help="preset for the rollout settings (default: the env's)")
+    p.add_argument("--out", help="run directory (default: runs/sft-ENV-TIME)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    p.set_defaults(func=_cmd_sft)
+
+
 def _add_env_commands(commands) -> None:
     p = _command(commands, "envs", "list the environments")
     p.set_defaults(func=_cmd_envs)
@@ -364,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_commands(commands)
     _add_config_commands(commands)
     _add_train_command(commands)
+    _add_sft_command(commands)
     _add_eval_command(commands)
     _add_env_commands(commands)
     _add_run_commands(commands)

@@ -120,7 +120,11 @@ class RolloutConfig:
     think: bool = True
     """Start replies with <think>; false is the NoThinking ablation (replies start <answer>)."""
     format_penalty: float = opt(-0.1, le=0.0)
-    """Reward added for each turn whose reply yields no valid action."""
+    """Reward added for each turn whose reply is penalised (see format_penalty_mode)."""
+    format_penalty_mode: Literal["no_action", "any_invalid"] = "no_action"
+    """Which replies get format_penalty: no_action, those that run no action (bad tags, no
+    action word, cut short); any_invalid, also those with any answer piece that is not an
+    action word, even if the others ran (RAGEN's code)."""
     reward_terms: dict[str, float] = opt({})
     """Shaping terms added to each turn's reward, name: weight (built-ins think_bonus,
     think_tokens, or module:function); each is logged as reward/<name>. A module:function is
@@ -161,13 +165,37 @@ class AlgoConfig:
     entropy_coef: float = opt(0.001, ge=0.0)
     """Weight of the token-entropy bonus."""
     filter_ratio: float = opt(0.25, gt=0.0, le=1.0)
-    """Share of groups kept by uncertainty filtering (StarPO-S: 0.25); 1 disables it."""
-    filter_mode: Literal["std", "std_rev"] = "std"
-    """Keep the groups with the highest reward std (std) or the lowest (std_rev, ablation)."""
+    """Share of groups kept by uncertainty filtering (StarPO-S: 0.25) in filter_mode std or
+    std_rev; 1 disables it."""
+    filter_mode: Literal["std", "std_rev", "top_p"] = "std"
+    """Keep the filter_ratio share of groups with the highest reward std (std) or the lowest
+    (std_rev, ablation); or top_p (RAGEN-2's SNR-aware filter): the highest-std groups until
+    their stds add up to filter_top_p of all groups' stds, so the count varies by step."""
+    filter_top_p: float = opt(0.9, gt=0.0, le=1.0)
+    """filter_mode=top_p: share of the summed group reward std the kept groups reach (RAGEN-2
+    recommends 0.9); 1 keeps every group. Below 1 no zero-std group is kept, and a step with
+    (almost) no reward std at all keeps none and skips its update."""
+    filter_include_zero: bool = True
+    """Let groups whose returns are all equal (zero reward std) be kept; false drops them in
+    every mode (RAGEN-2), and a step where every group is such skips its update."""
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
     """How per-token losses are averaged into one number."""
     grpo_norm_by_std: bool = True
     """Divide group-centred scores by the group's std (grpo)."""
+    whiten_advantages: bool | None = None
+    """Whiten the advantages over the batch's reply tokens before the loss (mean 0, unbiased
+    variance 1, as RAGEN's verl code does for GAE); the critic's targets stay raw. null: on
+    for gae and bi_level_gae, off for the others (grpo and rloo compare within a group,
+    reinforce_pp whitens its own)."""
+
+    def whitens(self) -> bool:
+        """Whether the trainer whitens the advantages: whiten_advantages, or by estimator."""
+        # null rather than a default true/false: the choice follows the estimator, so a gae
+        # preset run with algo.estimator=grpo (or a run's config.yaml reloaded so) does not
+        # whiten grpo's group-normalised advantages, and no second default needs keeping.
+        if self.whiten_advantages is None:
+            return self.estimator in ("gae", "bi_level_gae")
+        return self.whiten_advantages
 
 
 @dataclass
@@ -290,6 +318,26 @@ class MonitorConfig:
 
 
 @dataclass
+class SftConfig:
+    steps: int = opt(40, ge=1, le=MAX_STEPS)
+    """Optimiser steps of `ragen sft`, each on fresh expert dialogues."""
+    dialogues: int = opt(16, ge=1, le=MAX_EPISODES_PER_STEP)
+    """Expert dialogues per step, on levels of their own seed stream (never an evaluation
+    seed); with keep=solved, levels the expert cannot solve in the budget are passed over."""
+    lr: float = opt(3e-5, gt=0.0)
+    """Learning rate of the supervised steps (AdamW with trainer.weight_decay and betas)."""
+    micro_batch_size: int = opt(8, ge=1, le=MAX_EPISODES_PER_STEP)
+    """Dialogues per forward/backward pass; their shared opening (rules, worked examples) is
+    computed once per pass, so larger passes cost less per dialogue and hold more memory."""
+    keep: Literal["solved", "all"] = "solved"
+    """Dialogues trained on: solved only, or all (on a slippery lake the expert's moves are
+    optimal even when a slip drowns it, so keeping them wastes no data)."""
+    eval_every: int = opt(0, ge=0, le=MAX_STEPS)
+    """Evaluate every this many steps (trainer.eval_episodes seeds at trainer.eval_temperature
+    on env.eval_names); 0: only after the last step."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model."""
@@ -305,6 +353,8 @@ class Config:
     """What the run writes besides metrics.jsonl."""
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     """The collapse detector: early warnings, confirmed collapse, and what to do about them."""
+    sft: SftConfig = field(default_factory=SftConfig)
+    """Supervised fine-tuning on expert dialogues (`ragen sft`), the cold start before RL."""
 
 
 # ---------------------------------------------------------------------------- documentation
@@ -505,18 +555,13 @@ def _check_combinations(c: Config) -> None:
             f"{a.estimator} with group_size={r.group_size}",
             f"{a.estimator} compares rollouts of one group; set rollout.group_size >= 2",
         )
-    if a.filter_ratio < 1.0 and r.group_size < 2:
-        raise _contradiction(
-            "algo.filter_ratio and rollout.group_size",
-            f"{a.filter_ratio} with group_size={r.group_size}",
-            "filtering ranks groups by reward std, which needs group_size >= 2; "
-            "or set algo.filter_ratio=1",
-        )
+    _check_filter(c)
     kept = kept_episodes(c)
     if t.mini_batch_size > kept:
+        rule = "groups" if a.filter_mode == "top_p" else "ceil(groups × filter_ratio)"
         raise _contradiction(
             "trainer.mini_batch_size and the episodes kept per step",
-            f"{t.mini_batch_size} > {kept} = ceil(groups × filter_ratio) × group_size",
+            f"{t.mini_batch_size} > {kept} = {rule} × group_size",
             "lower trainer.mini_batch_size or keep more groups",
         )
     if t.micro_batch_size > t.mini_batch_size:
@@ -571,13 +616,44 @@ def _check_fsdp(c: Config) -> None:
         )
 
 
+def _check_filter(c: Config) -> None:
+    """Filter settings that cannot work with the rest."""
+    a, r = c.algo, c.rollout
+    share = "filter_top_p" if a.filter_mode == "top_p" else "filter_ratio"
+    if getattr(a, share) < 1.0 and r.group_size < 2:
+        raise _contradiction(
+            f"algo.{share} and rollout.group_size",
+            f"{getattr(a, share)} with group_size={r.group_size}",
+            "filtering ranks groups by reward std, which needs group_size >= 2; "
+            f"or set algo.{share}=1",
+        )
+    if not a.filter_include_zero and r.group_size < 2:
+        raise _contradiction(
+            "algo.filter_include_zero and rollout.group_size",
+            f"false with group_size={r.group_size}",
+            "one rollout has no reward std, so every group would be dropped at every step; "
+            "set rollout.group_size >= 2 or algo.filter_include_zero=true",
+        )
+    if a.filter_mode == "top_p" and c.monitor.rollback_filter_ratio is not None:
+        raise _contradiction(
+            "monitor.rollback_filter_ratio and algo.filter_mode",
+            f"{c.monitor.rollback_filter_ratio} with top_p",
+            "top_p filtering does not read filter_ratio; set monitor.rollback_filter_ratio="
+            "null, or use filter_mode=std",
+        )
+
+
 def kept_groups(c: Config) -> int:
-    """Groups kept by uncertainty filtering each step (at least one)."""
+    """Groups kept by uncertainty filtering each step: exactly this many in filter_mode std or
+    std_rev; at most this many with filter_mode=top_p or filter_include_zero=false, which keep
+    fewer (even none: the step then skips its update) when the groups' returns vary little."""
+    if c.algo.filter_mode == "top_p":
+        return c.rollout.groups
     return max(1, math.ceil(c.rollout.groups * c.algo.filter_ratio - 1e-9))
 
 
 def kept_episodes(c: Config) -> int:
-    """Episodes that reach the update each step."""
+    """Episodes that reach the update each step (at most, see :func:`kept_groups`)."""
     return kept_groups(c) * c.rollout.group_size
 
 

@@ -367,12 +367,13 @@ def test_reinforce_pp_hand_computed():
     # row 0: [s, s, env, s] rewards 0, 0, -, 1 with gamma .9 -> G = .81, .9, 1
     # row 1: [s, pad, pad, pad] reward 1 -> G = 1
     # batch of sampled G: .81, .9, 1, 1; mean 3.71/4 = .9275
-    # deviations -.1175, -.0275, .0725, .0725; var = .025075/4 = .00626875
+    # deviations -.1175, -.0275, .0725, .0725; squares sum to .025075; Bessel-corrected
+    # var = .025075/3 (verl's masked_whiten, as its REINFORCE++ uses)
     mask = torch.tensor([[1.0, 1, 0, 1], [1, 0, 0, 0]])
     rewards = torch.tensor([[0.0, 0, 5, 1], [1, 0, 0, 0]])  # the 5 sits on an env token
     a, r = adv.reinforce_pp(rewards, mask, 0.9, eps=0.0)
     torch.testing.assert_close(r, torch.tensor([[0.81, 0.9, 0, 1], [1, 0, 0, 0]]))
-    std = math.sqrt(0.00626875)
+    std = math.sqrt(0.025075 / 3)
     want = torch.tensor([[-0.1175, -0.0275, 0, 0.0725], [0.0725, 0, 0, 0]]) / std
     torch.testing.assert_close(a, want, rtol=1e-5, atol=1e-5)
 
@@ -381,6 +382,48 @@ def test_reinforce_pp_constant_returns_give_zero():
     mask = torch.tensor([[1.0, 1, 0], [1, 0, 0]])
     a, _ = adv.reinforce_pp(torch.tensor([[0.0, 1, 0], [1, 0, 0]]), mask, 1.0)
     assert torch.equal(a, torch.zeros(2, 3))
+
+
+# ------------------------------------------------------------------------------ whitening
+
+
+def test_whiten_hand_computed():
+    # sampled: 1, 2, 3 (row 0) and 4 (row 1); mean 2.5; deviations -1.5, -.5, .5, 1.5;
+    # squares sum to 5; Bessel-corrected var 5/3 (population: 5/4); scale sqrt(3/5)
+    mask = torch.tensor([[1.0, 1, 0, 1], [0, 1, 0, 0]])
+    values = torch.tensor([[1.0, 2, 100, 3], [math.nan, 4, -7, math.inf]])  # masked: ignored
+    scale = math.sqrt(3 / 5)
+    want = torch.tensor([[-1.5, -0.5, 0, 0.5], [0, 1.5, 0, 0]]) * scale
+    torch.testing.assert_close(adv.whiten(values, mask, eps=0.0), want)
+    # the default eps 1e-8 sits under the square root: sqrt(5/3 + 1e-8)
+    eps_scale = 1 / math.sqrt(5 / 3 + 1e-8)
+    got = adv.whiten(values, mask)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want / scale * eps_scale)
+    assert torch.equal(got[mask == 0], torch.zeros(4))  # masked positions stay exactly 0
+
+
+def test_whiten_gives_mean_zero_and_unbiased_variance_one():
+    _, values, mask = random_batch(3)
+    out = adv.whiten(scramble_masked(values, mask, 3), mask).double()
+    on = out[mask != 0]
+    assert abs(float(on.mean())) < 1e-6  # float32 out
+    assert float(on.var(correction=1)) == pytest.approx(1.0, rel=1e-6)
+    # against the formula written with torch's own unbiased variance
+    x = values[mask != 0].double()
+    want = torch.zeros_like(out)
+    want[mask != 0] = (x - x.mean()) / torch.sqrt(x.var(correction=1) + 1e-8)
+    torch.testing.assert_close(out, want)
+
+
+def test_whiten_degenerate_batches_give_zero():
+    mask = torch.tensor([[1.0, 0, 1], [0, 1, 0]])
+    assert torch.equal(adv.whiten(torch.full((2, 3), 0.1), mask), torch.zeros(2, 3))  # all equal
+    one = torch.tensor([[0.0, 1, 0], [0, 0, 0]])
+    assert torch.equal(adv.whiten(torch.randn(2, 3), one), torch.zeros(2, 3))  # n = 1
+    assert torch.equal(adv.whiten(torch.randn(2, 3), torch.zeros(2, 3)), torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="one"):
+        adv.whiten(torch.zeros(2, 3), torch.zeros(3, 2))
 
 
 # ------------------------------------------------------------------------------- registry

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from ragen import envs, models
+from ragen import config, envs, models
 from ragen.agent.parsing import parse_reply
 from ragen.envs.sokoban import solve
 from ragen.rollout.generator import Sample, make_generator
@@ -98,6 +98,39 @@ def test_format_penalty_and_per_turn_limit(tokenizer):
     assert first.actions == [] and first.reward == pytest.approx(-0.1) and not first.format_ok
     assert second.actions == ["Up", "Up"]
     assert second.reward == pytest.approx(sum(second.rewards))
+
+
+def test_format_penalty_mode_any_invalid_penalises_any_unknown_piece(tokenizer):
+    script = [
+        "a</think><answer>Up || Jump</answer>",  # one valid action, one unknown piece
+        "b</think><answer>Left || Left || Left</answer>",  # capped at 2, none unknown
+        "c</think><answer>Fly</answer>",  # nothing valid
+    ]
+
+    def play(mode):
+        spec = RolloutSpec.from_config(
+            config.RolloutConfig(
+                max_turns=3,
+                max_actions_per_turn=2,
+                max_reply_tokens=48,
+                demos=0,
+                format_penalty=-0.25,
+                format_penalty_mode=mode,
+            )
+        )
+        gen = ScriptedReplies(tokenizer, script)
+        return rollout(gen, tokenizer, "sokoban", [0], 1, spec)[0].turns
+
+    plain, strict = play("no_action"), play("any_invalid")
+    for turns in (plain, strict):  # the mode changes the reward, never what runs
+        assert [t.actions for t in turns] == [["Up"], ["Left", "Left"], []]
+        assert [t.unknown_actions for t in turns] == [1, 0, 1]
+    assert [t.terms["format"] for t in plain] == [0.0, 0.0, -0.25]
+    assert [t.terms["format"] for t in strict] == [-0.25, 0.0, -0.25]
+    for a, b in zip(plain, strict, strict=True):
+        assert b.reward == pytest.approx(a.reward + b.terms["format"] - a.terms["format"])
+    with pytest.raises(ValueError, match="any_invalid"):
+        RolloutSpec(format_penalty_mode="always")
 
 
 def test_ids_mask_and_transcript_are_exact(tokenizer):

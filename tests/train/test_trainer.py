@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ragen import config, models
+from ragen.algos import whiten
 from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
 from ragen.train import checkpoint
 from ragen.train.scoring import policy_logprobs
@@ -217,6 +218,73 @@ def test_update_raises_logprobs_of_positive_advantages():
         new = policy_logprobs(policy, data.input_ids, data.attention_mask)[0]
     delta = ((new - data.old_logprobs) * data.loss_mask).sum(dim=1)
     assert delta[0] > 0 > delta[1]
+
+
+def test_a_batch_smaller_than_the_mini_batch_is_one_optimiser_step():
+    # a top_p filter may keep fewer episodes than trainer.mini_batch_size
+    policy, tokenizer = models.load_policy("tiny", dtype="float32")
+    data = _update_data(policy, tokenizer, [1.0, -1.0])
+    opt = {"actor": torch.optim.SGD(policy.parameters(), lr=0.5)}
+    stats = ppo_update(policy, None, opt, data, _settings(mini_batch_size=32), seed=0)
+    assert stats["actor/optimizer_steps"] == 1 and stats["actor/skipped_steps"] == 0
+
+
+def _trainer(tmp_path, *overrides):
+    cfg = _config("trainer.steps=1", *overrides)
+    return Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
+
+
+def _spread_returns(episodes):
+    """Episode i returns i: every group varies, no two episodes tie."""
+    for i, episode in enumerate(episodes):
+        for turn in episode.turns:
+            turn.reward = 0.0
+        episode.turns[-1].reward = float(i)
+    return episodes
+
+
+def test_gae_advantages_are_whitened_and_their_targets_are_not(tmp_path):
+    trainer = _trainer(tmp_path, "algo.filter_ratio=1")
+    assert trainer.config.algo.whiten_advantages is None  # the default: by estimator
+    data = trainer.prepare(_spread_returns(trainer.collect(0)))
+    on = data.loss_mask != 0
+    adv = data.advantages[on].double()
+    assert abs(float(adv.mean())) < 1e-5 and float(adv.var(correction=1)) == pytest.approx(1.0)
+    # gamma = lam = 1: every reply token's target is its episode's return, i
+    rows = torch.arange(len(on), dtype=data.returns.dtype)[:, None].expand_as(on)
+    torch.testing.assert_close(data.returns[on], rows[on])
+    raw = (data.returns - data.old_values) * data.loss_mask  # the GAE advantages
+    torch.testing.assert_close(data.advantages, whiten(raw, data.loss_mask))
+
+
+def test_grpo_advantages_are_not_whitened(tmp_path):
+    trainer = _trainer(tmp_path, "algo.estimator=grpo", "algo.filter_ratio=1")
+    data = trainer.prepare(_spread_returns(trainer.collect(0)))
+    # each group holds returns 2g and 2g + 1: (s - mean) / (std + 1e-6) = ±.5 / .500001
+    sign = torch.tensor([-1.0, 1.0]).repeat(len(data.advantages) // 2)[:, None]
+    want = sign * 0.5 / (0.5 + 1e-6) * data.loss_mask
+    torch.testing.assert_close(data.advantages, want)
+
+
+def test_a_step_whose_groups_are_all_dropped_skips_the_update(tmp_path, monkeypatch):
+    trainer = _trainer(tmp_path, "algo.filter_mode=top_p", "algo.filter_include_zero=false")
+    collect = trainer.collect
+
+    def constant_returns(step):  # every group's returns equal: no group has any std
+        episodes = collect(step)
+        for episode in episodes:
+            for turn in episode.turns:
+                turn.reward = -0.1
+        return episodes
+
+    monkeypatch.setattr(trainer, "collect", constant_returns)
+    before = {k: v.clone() for k, v in trainer.m.policy.state_dict().items()}
+    trainer.train()
+    record = read_jsonl(trainer.run.metrics).records[0]
+    assert record["filter/empty"] == 1 and record["filter/kept_groups"] == 0
+    assert record["actor/optimizer_steps"] == 0 and "actor/pg_loss" not in record
+    assert all(torch.equal(before[k], v) for k, v in trainer.m.policy.state_dict().items())
+    assert checkpoint.complete_checkpoints(trainer.run)  # the step still ends as usual
 
 
 def test_non_finite_loss_skips_the_step_and_keeps_the_weights():

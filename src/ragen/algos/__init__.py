@@ -13,6 +13,7 @@ from ragen.algos.advantages import (
     grpo,
     reinforce_pp,
     rloo,
+    whiten,
 )
 from ragen.algos.filtering import FILTER_MODES, group_std, kept_count, select_groups
 from ragen.algos.losses import (
@@ -54,4 +55,5 @@ __all__ = [
     "select_groups",
     "token_logprobs",
     "value_loss",
+    "whiten",
 ]

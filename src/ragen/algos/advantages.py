@@ -13,6 +13,8 @@ state just before token ``t`` is generated.
 All estimators share one keyword call shape through :data:`ESTIMATORS` / :func:`estimate`, so
 a trainer picks one by name. Sequence-level estimators (grpo, rloo) broadcast their (B,)
 advantage over each row's sampled tokens. :data:`NEEDS_CRITIC` names the ones that use values.
+:func:`whiten` rescales a batch's advantages over its sampled tokens; the trainer applies it
+after the estimator when configured (RAGEN's code does for gae and bi_level_gae).
 
 Internally everything is computed on a packed layout (sampled tokens moved to the front of
 each row) with a blocked matrix form of the discounted suffix sum, so no Python loop runs over
@@ -37,6 +39,7 @@ __all__ = [
     "grpo",
     "reinforce_pp",
     "rloo",
+    "whiten",
 ]
 
 
@@ -144,6 +147,47 @@ def _check_shapes(**tensors: Tensor) -> None:
         raise ValueError(f"expected tensors of one (B, T) shape, got {shapes}")
 
 
+# ------------------------------------------------------------------------------ whitening
+
+
+def whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """Advantages whitened over the sampled tokens of the whole batch.
+
+    Args:
+        values: (B, T) advantages; only entries on sampled tokens count.
+        mask: (B, T) 1 on sampled tokens, 0 elsewhere.
+        eps: added to the variance under the square root.
+
+    Returns:
+        (B, T) ``(x - mean) / sqrt(var + eps)`` on sampled tokens, 0 where mask == 0. With the
+        n sampled tokens x_1..x_n: ``mean = sum(x_i) / n`` and
+        ``var = sum((x_i - mean)**2) / (n - 1)`` (Bessel's correction). All zeros when fewer
+        than two tokens are sampled or all of them hold the same value.
+
+    This is verl's ``masked_whiten(values, mask, shift_mean=True)``, which RAGEN applies to
+    its GAE and bi-level GAE advantages before the PPO loss (its ``masked_var`` is unbiased
+    by default). Where that formula has no answer (n < 2 gives 0 / 0) or only rounding noise
+    (equal values: ~1e-17 times 1e4), the result here is 0: no token is favoured.
+    """
+    _check_shapes(values=values, mask=mask)
+    work, out = _work_dtype(values.device), _out_dtype(values)
+    valid = mask != 0
+    n = valid.sum()
+    zeros = torch.zeros(values.shape, dtype=out, device=values.device)
+    if n < 2:
+        return zeros
+    zero = torch.zeros((), dtype=work, device=values.device)
+    x = torch.where(valid, values.to(work), zero)  # masked entries may be anything, even NaN
+    hi = torch.where(valid, x, torch.full_like(x, -math.inf)).max()
+    lo = torch.where(valid, x, torch.full_like(x, math.inf)).min()
+    if hi == lo:
+        return zeros
+    mean = x.sum() / n
+    centred = torch.where(valid, x - mean, zero)
+    var = centred.square().sum() / (n - 1)
+    return (centred * torch.rsqrt(var + eps)).to(out)
+
+
 # ------------------------------------------------------------------------------ token level
 
 
@@ -181,25 +225,8 @@ def gae(
     return advantages, returns
 
 
-def _masked_whiten(x: Tensor, valid: Tensor, eps: float) -> Tensor:
-    """(x - mean) / (std + eps) over the valid entries (population std); 0 where invalid,
-    and 0 everywhere when the valid entries are all equal (or fewer than two)."""
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    n = valid.sum()
-    if n == 0:
-        return torch.zeros_like(x)
-    mean = torch.where(valid, x, zero).sum() / n
-    centred = torch.where(valid, x - mean, zero)
-    std = (centred.square().sum() / n).sqrt()
-    hi = torch.where(valid, x, torch.full_like(x, -math.inf)).max()
-    lo = torch.where(valid, x, torch.full_like(x, math.inf)).min()
-    if hi == lo:
-        return torch.zeros_like(x)
-    return centred / (std + eps)
-
-
 def reinforce_pp(
-    rewards: Tensor, mask: Tensor, gamma: float, eps: float = 1e-6
+    rewards: Tensor, mask: Tensor, gamma: float, eps: float = 1e-8
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++: discounted return-to-go per sampled token, whitened over the batch.
 
@@ -208,21 +235,21 @@ def reinforce_pp(
             if used, is folded into these rewards by the caller beforehand.
         mask: (B, T) 1 on sampled tokens.
         gamma: discount per sampled token.
-        eps: added to the std before dividing.
+        eps: added to the variance under the square root (see :func:`whiten`).
 
     Returns:
         advantages (B, T) and returns (B, T), 0 where mask == 0.
 
     Definition. ``G(t_k) = sum_{j >= k} gamma**(j - k) r(t_j)`` over the row's sampled tokens
     (env tokens skipped, as in :func:`gae`); returns = G. Advantages are G whitened over all
-    sampled tokens of the batch: ``(G - mean) / (std + eps)`` with the population mean and
-    std over those tokens; all zeros when every sampled token has the same G.
+    sampled tokens of the batch by :func:`whiten` (mean 0, Bessel-corrected variance 1, as
+    verl's REINFORCE++ does); all zeros when every sampled token has the same G.
     """
     _check_shapes(rewards=rewards, mask=mask)
     work, out = _work_dtype(rewards.device), _out_dtype(rewards)
     idx, valid = _pack(mask)
     ret = discounted_suffix_sum(_gather(rewards, idx, valid, work), gamma)  # (B, K)
-    adv = _masked_whiten(ret, valid, eps)
+    adv = whiten(ret, valid, eps)  # (B, K)
     return _unpack(adv, idx, valid, rewards, out), _unpack(ret, idx, valid, rewards, out)
 
 

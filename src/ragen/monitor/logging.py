@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,8 @@ class RunDir:
     """Paths of one run's files; creating the object touches nothing."""
 
     root: Path
+    command: str = field(default="train", compare=False)
+    """The `ragen` command that resumes this run (named in write-error messages)."""
 
     @property
     def config(self) -> Path:
@@ -101,7 +103,7 @@ class RunDir:
         try:
             yield
         except WRITE_ERRORS as err:
-            then = then or f"ragen train --resume {self.root}"
+            then = then or f"ragen {self.command} --resume {self.root}"
             raise RunDirError(
                 f"cannot write {path}: {_write_reason(err)}; free space or fix permissions, "
                 f"then {then}"

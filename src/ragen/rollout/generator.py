@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
@@ -54,11 +54,14 @@ class Request:
     ``key`` names the episode: the same key on a later call means "this dialogue continued".
     ``context_ids`` is the WHOLE dialogue as token ids (prompt, earlier replies, env text).
     ``stream`` numbers the request's sampling noise; None: its position in the call.
+    ``env`` is the episode's env, for a generator that plays from the state instead of
+    sampling a model (the expert of ``ragen sft``); model generators never read it.
     """
 
     key: Hashable
     context_ids: list[int]
     stream: int | None = None
+    env: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

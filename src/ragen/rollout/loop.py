@@ -47,8 +47,15 @@ class RolloutSpec:
     top_p: float = 1.0
     think: bool = True
     format_penalty: float = -0.1
+    format_penalty_mode: str = "no_action"  # or any_invalid (see config.RolloutConfig)
     demos: int = 0
     reward_terms: tuple[tuple[str, float], ...] = ()  # (name, weight) of shaping terms
+
+    def __post_init__(self) -> None:
+        if self.format_penalty_mode not in ("no_action", "any_invalid"):
+            raise ValueError(
+                f"format_penalty_mode={self.format_penalty_mode!r}: choose no_action or any_invalid"
+            )
 
     @classmethod
     def from_config(cls, rollout, **changes) -> RolloutSpec:
@@ -158,7 +165,10 @@ def _take_turn(
     else:
         actions = list(parsed.actions)
         rewards = _act(ep, actions)
-    penalty = spec.format_penalty if not actions else 0.0
+    # any_invalid is RAGEN's rule: a reply is penalised for any answer piece that is not an
+    # action, even when the rest ran; no_action only when nothing ran.
+    invalid = spec.format_penalty_mode == "any_invalid" and parsed.unknown_actions > 0
+    penalty = spec.format_penalty if not actions or invalid else 0.0
     done = Turn(
         observation=observation,
         reply=reply,
@@ -240,7 +250,7 @@ def rollout(
             if on_turn is not None:
                 on_turn(turn, len(live))
             samples = generator.generate(
-                [Request(ep.key, list(ep.traj.token_ids), ep.stream) for ep in live],
+                [Request(ep.key, list(ep.traj.token_ids), ep.stream, ep.env) for ep in live],
                 max_new_tokens=spec.max_reply_tokens,
                 temperature=spec.temperature,
                 top_p=spec.top_p,

@@ -1,8 +1,9 @@
 """Reward terms: a turn's reward is a sum of named terms, each logged on its own.
 
 Two terms are always there: ``env`` (the game's rewards for the actions the reply ran) and
-``format`` (``rollout.format_penalty`` when the reply ran no action). Shaping terms are plain
-functions of the finished turn, listed in the config with a weight::
+``format`` (``rollout.format_penalty`` when the reply ran no action, or with
+``rollout.format_penalty_mode=any_invalid`` also when any answer piece was not an action).
+Shaping terms are plain functions of the finished turn, listed in the config with a weight::
 
     rollout:
       reward_terms: {think_bonus: 0.05}                 # a built-in, by name

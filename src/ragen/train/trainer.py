@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from ragen import models
-from ragen.algos import NEEDS_CRITIC, estimate, select_groups
+from ragen.algos import NEEDS_CRITIC, estimate, select_groups, whiten
 from ragen.config import Config, ConfigError, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
 from ragen.monitor.logging import (
@@ -107,16 +107,18 @@ def build_models(config: Config, device: torch.device) -> Models:
         for model in (policy, critic, ref_model):
             if model is not None:
                 fsdp.shard(model)
-
-    def adam(model, lr):
-        params = [p for p in model.parameters() if p.requires_grad]
-        betas = (t.adam_beta1, t.adam_beta2)
-        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=t.weight_decay)
-
-    optimizers = {"actor": adam(policy, t.actor_lr)}
+    optimizers = {"actor": adamw(policy, t.actor_lr, config)}
     if critic is not None:
-        optimizers["critic"] = adam(critic, t.critic_lr)
+        optimizers["critic"] = adamw(critic, t.critic_lr, config)
     return Models(policy.eval(), tokenizer, critic, ref, optimizers, ref_model)
+
+
+def adamw(model: torch.nn.Module, lr: float, config: Config) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters, with the trainer's betas and weight decay."""
+    t = config.trainer
+    params = [p for p in model.parameters() if p.requires_grad]
+    betas = (t.adam_beta1, t.adam_beta2)
+    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=t.weight_decay)
 
 
 def _reference(policy, kl_coef: float, temperature: float):
@@ -142,16 +144,20 @@ def _reference(policy, kl_coef: float, temperature: float):
 class Trainer:
     """Owns the models, the run directory and the step counter."""
 
+    name = "train"  # of the progress bar
+    watched = True  # whether monitor.enabled runs the collapse detector on this loop
+
     def __init__(self, config: Config, run: RunDir, *, resume: bool = False) -> None:
         self.config, self.run = config, run
         self.device = resolve_device(config.trainer.device)
         torch.manual_seed(config.trainer.seed)
         if config.trainer.parallel == "fsdp" and distributed.world_size() == 1:
             say("trainer.parallel=fsdp has no effect in one process: nothing to shard over")
-        self.m = build_models(config, self.device)
+        self.m = self.build()
         self.generator = make_generator(config.rollout.backend, self.m.policy, self.m.tokenizer)
         self.spec = RolloutSpec.from_config(config.rollout)
-        self.detector = CollapseDetector(config.monitor) if config.monitor.enabled else None
+        watch = config.monitor.enabled and self.watched
+        self.detector = CollapseDetector(config.monitor) if watch else None
         self.rollbacks = 0
         self.stopped_at: int | None = None  # last step: monitor.action=stop or max_minutes
         self.eval_success: float | None = None  # mean eval success of the latest evaluation
@@ -160,32 +166,44 @@ class Trainer:
         self.rollouts: list[Trajectory] | None = None
         self.rollouts_step = -1
 
+    def build(self) -> Models:
+        """The models and optimisers this loop trains."""
+        return build_models(self.config, self.device)
+
+    @property
+    def steps(self) -> int:
+        """Steps of the whole run."""
+        return self.config.trainer.steps
+
     # ------------------------------------------------------------------------ the loop
 
     def train(self) -> None:
-        t, main = self.config.trainer, distributed.is_main()
+        main = distributed.is_main()
         # The budget is the training's: work done with the trainer before (a base-model
         # evaluation, say) does not count against it.
         self.started = time.monotonic()
         with (
             self._logger() if main else nullcontext() as log,  # rank 0 writes the run directory
             tqdm(
-                total=t.steps,
+                total=self.steps,
                 initial=self.start_step,
-                desc="train",
+                desc=self.name,
                 unit="step",
                 disable=not (self.config.logging.progress and main),
             ) as bar,
         ):
-            for step in range(self.start_step, t.steps):
-                metrics = self.step(step, log)
-                bar.set_postfix(
-                    reward=f"{metrics['rollout/reward_mean']:+.3f}",
-                    success=f"{metrics['rollout/success']:.2f}",
-                )
+            for step in range(self.start_step, self.steps):
+                bar.set_postfix(self.progress(self.step(step, log)))
                 bar.update(1)
                 if self.stopped_at is not None:
                     break
+
+    def progress(self, metrics: dict[str, float]) -> dict[str, str]:
+        """What the progress bar shows of a step's metrics."""
+        return {
+            "reward": f"{metrics['rollout/reward_mean']:+.3f}",
+            "success": f"{metrics['rollout/success']:.2f}",
+        }
 
     def is_last(self, step: int) -> bool:
         """The run's final step: the configured count, a stop, or the wall-clock budget."""
@@ -195,7 +213,7 @@ class Trainer:
         if out_of_time and self.stopped_at is None:
             say(f"[step {step}] trainer.max_minutes={t.max_minutes:g} reached: last step")
             self.stopped_at = step
-        return step + 1 == t.steps or self.stopped_at == step
+        return step + 1 == self.steps or self.stopped_at == step
 
     def step(self, step: int, log: MetricsLogger | None) -> dict[str, float]:
         """One StarPO iteration; returns the metrics it logged (``log`` is None off rank 0)."""
@@ -208,24 +226,41 @@ class Trainer:
         kept, filter_metrics = self.filter(trajectories)
         metrics.update(filter_metrics)
         started = time.perf_counter()
-        data = self.prepare(kept)
-        metrics.update(self.update(data, step))
-        metrics["time/update_s"] = time.perf_counter() - started
-        metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
-            metrics["time/update_s"], 1e-9
-        )
+        if kept:
+            data = self.prepare(kept)
+            metrics.update(self.update(data, step))
+            metrics["time/update_s"] = time.perf_counter() - started
+            metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
+                metrics["time/update_s"], 1e-9
+            )
+        else:
+            # The filter kept no group (filter/empty): nothing to learn from, so no update;
+            # the same on every rank, which all filter the same gathered groups.
+            say(f"[step {step}] the filter kept no group: no update this step")
+            metrics.update({"actor/optimizer_steps": 0.0, "time/update_s": 0.0})
         last = self.is_last(step)  # decided once: the budget may pass during the evaluation
         metrics.update(self.maybe_measure_templates(step, trajectories))
         metrics.update(self.maybe_evaluate(step, last))
-        if log is not None:
-            with self.run.writing(self.run.metrics):
-                log.log(step, metrics)
-            if self.config.logging.save_trajectories:
-                with self.run.writing(self.run.trajectory_file(step)):
-                    log.log_episodes(step, [t.to_record() for t in trajectories])
+        self.record(step, log, metrics, trajectories)
         self.watch(step, metrics)
         self.maybe_checkpoint(step, last)
         return metrics
+
+    def record(
+        self,
+        step: int,
+        log: MetricsLogger | None,
+        metrics: dict[str, float],
+        trajectories: list[Trajectory],
+    ) -> None:
+        """Write a step's metrics and (if asked) its episodes; ``log`` is None off rank 0."""
+        if log is None:
+            return
+        with self.run.writing(self.run.metrics):
+            log.log(step, metrics)
+        if self.config.logging.save_trajectories:
+            with self.run.writing(self.run.trajectory_file(step)):
+                log.log_episodes(step, [t.to_record() for t in trajectories])
 
     # ------------------------------------------------------------------------ the stages
 
@@ -256,10 +291,18 @@ class Trainer:
         return self.rollouts
 
     def filter(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], dict]:
-        """StarPO-S uncertainty filtering: keep the groups whose returns vary most."""
+        """Uncertainty filtering: keep the groups whose returns vary most (StarPO-S), or the
+        most varied ones up to a share of the summed reward std (RAGEN-2's top_p); the
+        latter, and filter_include_zero=false, may keep none."""
         a, n = self.config.algo, self.config.rollout.group_size
         returns = torch.tensor([t.total_reward for t in trajectories]).view(-1, n)  # (G, N)
-        keep, metrics = select_groups(returns, a.filter_ratio, a.filter_mode)
+        keep, metrics = select_groups(
+            returns,
+            a.filter_ratio,
+            a.filter_mode,
+            top_p=a.filter_top_p,
+            include_zero=a.filter_include_zero,
+        )
         return [t for t in trajectories if keep[t.group]], metrics
 
     def prepare(self, kept: list[Trajectory]) -> UpdateData:
@@ -283,6 +326,11 @@ class Trainer:
             turn_gamma=c.algo.turn_gamma,
             norm_by_std=c.algo.grpo_norm_by_std,
         )
+        if c.algo.whitens():
+            # Over the whole kept batch (every rank holds all of it: no collective), as RAGEN's
+            # verl code does before the PPO loss. The returns stay raw: they are the critic's
+            # targets, in reward units.
+            advantages = whiten(advantages, loss_mask)
         return UpdateData(
             input_ids=ids,
             attention_mask=mask,
@@ -346,10 +394,16 @@ class Trainer:
         trim_heap()
         return metrics
 
+    def evaluates(self, step: int, last: bool) -> bool:
+        """Whether ``step`` ends with an evaluation: every ``trainer.eval_every`` steps and
+        after the last (none when it is 0)."""
+        every = self.config.trainer.eval_every
+        return every > 0 and ((step + 1) % every == 0 or last)
+
     def maybe_evaluate(self, step: int, last: bool = False) -> dict[str, float]:
-        """Every ``trainer.eval_every`` steps and after the last: fixed seeds, eval temperature."""
+        """Evaluate on fixed seeds at the eval temperature when ``evaluates`` says so."""
         t = self.config.trainer
-        if t.eval_every == 0 or not ((step + 1) % t.eval_every == 0 or last):
+        if not self.evaluates(step, last):
             return {}
         metrics = {}
         for env in self.config.env.eval_names or [self.config.env.name]:
@@ -554,10 +608,11 @@ SHAPING_KEYS = ("model.spec", "model.lora_rank")
 LORA_KEYS = ("model.lora_alpha", "model.lora_targets")  # shaping too, when LoRA is on
 
 
-def check_resume(run: RunDir, saved: Config, asked: Config) -> None:
+def check_resume(run: RunDir, saved: Config, asked: Config, *, sft: bool = False) -> None:
     """Refuse a resume of ``run`` (trained with ``saved``) with settings its checkpoints
-    cannot take (``asked``): another model or LoRA, a critic added or dropped, fewer steps
-    than are done. Reads only; raises ConfigError with one line naming the key and the fix."""
+    cannot take (``asked``): another model or LoRA, a critic added or dropped (RL runs),
+    fewer steps than are done (``sft.steps`` for a `ragen sft` run). Reads only; raises
+    ConfigError with one line naming the key and the fix."""
     keys = SHAPING_KEYS + (LORA_KEYS if saved.model.lora_rank > 0 else ())
     for key in keys:
         section, name = key.split(".")
@@ -569,7 +624,7 @@ def check_resume(run: RunDir, saved: Config, asked: Config) -> None:
                 f"trained with {key}={before}: drop the override, or start a new run with --out"
             )
     critic = saved.algo.estimator in NEEDS_CRITIC
-    if critic != (asked.algo.estimator in NEEDS_CRITIC):
+    if not sft and critic != (asked.algo.estimator in NEEDS_CRITIC):
         held, want = ("hold", "one of") if critic else ("hold no", "none of")
         raise ConfigError(
             f"config: algo.estimator={asked.algo.estimator} cannot apply to {run.root}, whose "
@@ -578,10 +633,12 @@ def check_resume(run: RunDir, saved: Config, asked: Config) -> None:
         )
     done = checkpoint.complete_checkpoints(run)
     steps_done = int(done[-1].name.removeprefix("step_")) if done else 0
-    if asked.trainer.steps < steps_done:
+    key = "sft.steps" if sft else "trainer.steps"
+    steps = asked.sft.steps if sft else asked.trainer.steps
+    if steps < steps_done:
         raise ConfigError(
-            f"config: trainer.steps={asked.trainer.steps} is fewer than the {steps_done} steps "
-            f"{run.root} has done: set trainer.steps={steps_done} or more, or drop the override"
+            f"config: {key}={steps} is fewer than the {steps_done} steps "
+            f"{run.root} has done: set {key}={steps_done} or more, or drop the override"
         )
 
 

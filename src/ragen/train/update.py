@@ -187,7 +187,11 @@ def ppo_update(
     seed: int,
 ) -> dict[str, float]:
     """Run the PPO epochs; returns the step's ``actor/…`` and ``critic/…`` metrics (the same
-    on every rank)."""
+    on every rank).
+
+    Each epoch splits the shuffled episodes into mini-batches of ``mini_batch_size``, the
+    last one holding the rest; a batch smaller than ``mini_batch_size`` (a filter that keeps
+    a varying number of groups kept few) is one mini-batch, so one optimiser step."""
     generator = torch.Generator().manual_seed(seed)
     tally, skipped, steps = _Tally(), 0, 0
     totals: dict[str, float] = defaultdict(float)  # this rank's shares of _ADDITIVE stats

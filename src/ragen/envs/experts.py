@@ -1,0 +1,266 @@
+"""Expert play: the move a perfect player makes from an env's current state, with a thought.
+
+`expert_move(env, max_actions, actions_left)` reads the state through each env's public
+attributes and returns the actions of one turn and a short thought that is true of this
+state (where the player, box, target, goal or holes are, and why these moves), so that
+supervised fine-tuning on expert dialogues (`ragen sft`) teaches reasoning that varies with
+the state instead of a fixed template:
+
+- Sokoban: the first moves of a shortest solution from the current room (`sokoban.solve`).
+- FrozenLake: the open-loop plan of the turn's moves that maximises the probability of
+  reaching the goal within the actions left, under the known slippery dynamics (finite-
+  horizon value iteration over the transition table); replanned each turn, after the slips.
+- Bandit: the arm with the higher expected payoff.
+- Countdown: the instance's known expression.
+
+Pure functions of the env's state: no model, no randomness.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass
+
+from ragen.envs.bandit import BanditEnv
+from ragen.envs.base import relative_position
+from ragen.envs.countdown import CountdownEnv
+from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
+from ragen.envs.frozen_lake import FrozenLakeEnv, transition_table
+from ragen.envs.sokoban import Room, SokobanEnv, solve
+
+# Open-loop moves the lake expert plans in one turn: 4**k sequences are searched, and a
+# move planned blind after three slippery ones is rarely better than the next turn's.
+MAX_LAKE_PLAN = 3
+# Plans whose success probabilities differ by less than this are ties (float noise).
+_TIE = 1e-12
+
+
+class ExpertError(ValueError):
+    """The env has no expert, or its expert cannot move from this state."""
+
+
+@dataclass(frozen=True)
+class ExpertMove:
+    """One turn of expert play: the think text and the action words (one free-text answer
+    for a free-text game)."""
+
+    thought: str
+    answer: tuple[str, ...]
+
+
+def has_expert(env) -> bool:
+    """Whether `expert_move` can play this env."""
+    return isinstance(env, SokobanEnv | FrozenLakeEnv | BanditEnv | CountdownEnv)
+
+
+def expert_move(env, max_actions: int, actions_left: int) -> ExpertMove:
+    """The expert's turn from `env`'s current state: at most `min(max_actions,
+    actions_left)` actions (both >= 1).
+
+    Raises ExpertError for an env without an expert or a state it cannot move from.
+    """
+    if max_actions < 1 or actions_left < 1:
+        raise ValueError(f"an expert turn needs an action: got {max_actions=}, {actions_left=}")
+    limit = min(max_actions, actions_left)
+    if isinstance(env, SokobanEnv):
+        return _sokoban(env, limit)
+    if isinstance(env, FrozenLakeEnv):
+        return _frozen_lake(env, limit, actions_left)
+    if isinstance(env, BanditEnv):
+        return _bandit(env)
+    if isinstance(env, CountdownEnv):
+        return _countdown(env)
+    raise ExpertError(
+        f"no expert plays {type(env).__name__}: expert play exists for Sokoban, FrozenLake, "
+        "Bandit and Countdown"
+    )
+
+
+# ----------------------------------------------------------------------------- Sokoban
+
+# Where the player stands to push a box in each direction, relative to the box.
+_PUSH_FROM = {"Up": "below", "Down": "above", "Left": "right of", "Right": "left of"}
+
+
+def _sokoban(env: SokobanEnv, limit: int) -> ExpertMove:
+    room = env.room
+    solution = solve(room)
+    if not solution:
+        raise ExpertError("this Sokoban room cannot be solved from its current state")
+    moves = tuple(solution[:limit])
+    return ExpertMove(_sokoban_thought(room, solution, moves, env.symbols), moves)
+
+
+def _sokoban_thought(room: Room, solution: list[str], moves: tuple[str, ...], symbols) -> str:
+    """Where the next box to push and its nearest target lie, how many moves the solution
+    takes, and whether this turn walks to the box or pushes it."""
+    offsets, player, walk = room.offsets(), room.player, 0
+    for direction in solution:  # the first push of the solution; every solution has one
+        ahead = player + offsets[direction]
+        if ahead in room.boxes:
+            break
+        player, walk = ahead, walk + 1
+    box, width = ahead, room.width
+    target = min(room.targets, key=lambda t: (_distance(box, t, width), t))
+    article = "The" if len(room.boxes) == 1 else "A"
+    where_box = _where(room.player, box, width, "me")
+    facts = (
+        f"{article} box {symbols['box']} is {where_box}. "
+        f"{article} target {symbols['target']} is {_where(box, target, width, 'it')}. "
+    )
+    total = len(solution)
+    plan = f"It takes {total} more move{'s' if total != 1 else ''}."
+    if walk == 0:
+        act = f"I push the box {direction}."
+    elif walk >= len(moves):
+        act = f"I walk to the cell {_PUSH_FROM[direction]} the box, to push it {direction}."
+    else:
+        act = f"I step {_PUSH_FROM[direction]} the box and push it {direction}."
+    return f"{facts}{plan} {act}"
+
+
+def _where(origin: int, cell: int, width: int, anchor: str) -> str:
+    (row, col), (o_row, o_col) = divmod(cell, width), divmod(origin, width)
+    return relative_position(row - o_row, col - o_col, anchor)
+
+
+def _distance(a: int, b: int, width: int) -> int:
+    (a_row, a_col), (b_row, b_col) = divmod(a, width), divmod(b, width)
+    return abs(a_row - b_row) + abs(a_col - b_col)
+
+
+# --------------------------------------------------------------------------- FrozenLake
+
+
+def goal_probabilities(table: tuple, horizon: int) -> list[list[float]]:
+    """Finite-horizon value iteration: ``values[k][s]``, the highest probability of reaching
+    the goal from state ``s`` within ``k`` actions (``values[0]`` is all 0).
+
+    table: ``transition_table(rows, slippery)``; reaching the goal pays 1, so the expected
+    return of an optimal policy is its success probability.
+    """
+    values = [[0.0] * len(table)]
+    for _ in range(horizon):
+        before = values[-1]
+        values.append(
+            [
+                max(
+                    sum(p * (reward + (0.0 if done else before[s])) for p, s, reward, done in acts)
+                    for acts in outcomes
+                )
+                for outcomes in table
+            ]
+        )
+    return values
+
+
+def _goal_distances(rows: tuple[str, ...]) -> list[int]:
+    """Hole-free steps from each cell to the goal (len(cells) where it is cut off)."""
+    size = len(rows)
+    cells = size * size
+    tiles = "".join(rows)
+    far = [cells] * cells
+    goal = tiles.index("G")
+    far[goal] = 0
+    queue = deque([goal])
+    while queue:
+        cell = queue.popleft()
+        row, col = divmod(cell, size)
+        for d_row, d_col in ((0, -1), (1, 0), (0, 1), (-1, 0)):
+            r, c = row + d_row, col + d_col
+            near = r * size + c
+            if 0 <= r < size and 0 <= c < size and tiles[near] != "H" and far[near] == cells:
+                far[near] = far[cell] + 1
+                queue.append(near)
+    return far
+
+
+def lake_plan(
+    rows: tuple[str, ...], state: int, moves: int, actions_left: int, slippery: bool = True
+) -> tuple[tuple[str, ...], float]:
+    """The best open-loop sequence of ``moves`` actions from ``state`` and its probability of
+    reaching the goal within ``actions_left`` actions (the later ones played optimally).
+
+    Every sequence is scored exactly: its outcome distribution is propagated through the
+    transition table (an episode that falls in a hole or reaches the goal stops there), then
+    each state still on the ice is worth its optimal value with the actions that remain.
+    Ties (equal probability, e.g. when the goal is out of reach) go to the plan that ends
+    closest to the goal on average, then to the earlier actions in ACTIONS order.
+    """
+    table = transition_table(tuple(rows), slippery)
+    values = goal_probabilities(table, actions_left)
+    distance = _goal_distances(rows)
+    best, best_key, best_success = (), None, 0.0
+    for plan in itertools.product(range(len(LAKE_ACTIONS)), repeat=moves):
+        belief, reached = {state: 1.0}, 0.0
+        for action in plan:
+            after: dict[int, float] = {}
+            for s, p in belief.items():
+                for q, nxt, reward, done in table[s][action]:
+                    reached += p * q * reward
+                    if not done:
+                        after[nxt] = after.get(nxt, 0.0) + p * q
+            belief = after
+        left = actions_left - moves
+        success = reached + sum(p * values[left][s] for s, p in belief.items())
+        on_ice = sum(belief.values())
+        expected_distance = (
+            sum(p * distance[s] for s, p in belief.items()) / on_ice if on_ice else 0
+        )
+        key = (-round(success / _TIE), expected_distance, plan)
+        if best_key is None or key < best_key:
+            best, best_key, best_success = plan, key, success
+    return tuple(LAKE_ACTIONS[a] for a in best), best_success
+
+
+def _frozen_lake(env: FrozenLakeEnv, limit: int, actions_left: int) -> ExpertMove:
+    rows, state, size = env.rows, env.state, env.size
+    if not rows:
+        raise ExpertError("the lake has no map yet: reset the env first")
+    moves, probability = lake_plan(
+        rows, state, min(limit, MAX_LAKE_PLAN), actions_left, env.slippery
+    )
+    row, col = divmod(state, size)
+    goal_row, goal_col = divmod("".join(rows).index("G"), size)
+    goal = f"The goal G is {relative_position(goal_row - row, goal_col - col, 'me')}."
+    holes = [
+        relative_position(d_row, d_col, "me")
+        for d_row, d_col in ((0, -1), (1, 0), (0, 1), (-1, 0))
+        if 0 <= row + d_row < size
+        and 0 <= col + d_col < size
+        and rows[row + d_row][col + d_col] == "H"
+    ]
+    if not holes:
+        beside = "No hole is beside me."
+    elif len(holes) == 1:
+        beside = f"A hole O is {holes[0]}."
+    else:
+        beside = f"Holes O are {', '.join(holes[:-1])} and {holes[-1]}."
+    chance = f"{probability:.0%}" if probability > 0 else "no"
+    unit = "action" if actions_left == 1 else "actions"
+    plan = " then ".join(moves)
+    reason = f"gives {chance} chance to reach it in the {actions_left} {unit} left."
+    return ExpertMove(f"{goal} {beside} {plan} {reason}", moves)
+
+
+# ------------------------------------------------------------------ Bandit and Countdown
+
+
+def _bandit(env: BanditEnv) -> ExpertMove:
+    risky = env.high_risk
+    safe = next(a for a in env.actions if a != risky)
+    pick = risky if env.high_prob * env.high_payoff > env.low_payoff else safe
+    other = safe if pick == risky else risky
+    kind = "the risky arm" if pick == risky else "the safe arm"
+    thought = f"{pick} is {kind}, and its expected reward is higher than {other}'s, so I pull it."
+    return ExpertMove(thought, (pick,))
+
+
+def _countdown(env: CountdownEnv) -> ExpertMove:
+    instance = env.instance
+    if instance is None:
+        raise ExpertError("no Countdown instance yet: reset the env first")
+    numbers = ", ".join(map(str, instance.numbers))
+    thought = f"I need {instance.target} from {numbers}. {instance.solution} = {instance.target}."
+    return ExpertMove(thought, (instance.solution,))

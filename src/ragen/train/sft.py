@@ -1,0 +1,174 @@
+"""Supervised fine-tuning on expert dialogues: the cold start before RL (`ragen sft`).
+
+Each step plays fresh levels with the env's expert through the rollout loop
+(`rollout.expert`), so a dialogue is token for token what a rollout of the model would be
+(same prompts, worked examples, turn messages and stop), and its ``loss_mask`` is the one an
+RL update would use. The loss is the token-mean negative log-likelihood of the reply tokens.
+
+The loop is the RL trainer's with another step: the same run directory, metrics.jsonl,
+trajectories, evaluations, checkpoints (the policy in the Hugging Face layout, LoRA merged,
+so ``ragen train PRESET model.spec=RUN/checkpoints/step_N`` starts RL from it) and exact
+resume (a step's levels depend only on ``(trainer.seed, step)``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from ragen import models
+from ragen.config import ConfigError
+from ragen.monitor.logging import MetricsLogger
+from ragen.rollout.expert import expert_dialogues, expert_seeds
+from ragen.rollout.trajectory import Batch, Trajectory, collate
+from ragen.train.forward import token_logprobs
+from ragen.train.trainer import Models, Trainer, adamw
+
+# With keep=solved, levels tried per step at most this many times sft.dialogues: the
+# expert solves most levels, so running out means a budget too small for the game.
+MAX_LEVELS_PER_DIALOGUE = 8
+
+
+def supervised_update(
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    *,
+    micro_batch_size: int,
+    grad_clip: float,
+) -> dict[str, float]:
+    """One optimiser step on the token-mean NLL of ``batch``'s reply tokens.
+
+    batch: (B, T) right-padded tensors from `collate`; only positions with ``loss_mask`` 1
+    are scored. Micro-batches of ``micro_batch_size`` rows accumulate gradients, each scaled
+    by the batch's total reply tokens, so the step equals one pass over the whole batch. A
+    non-finite gradient norm skips the step (the weights stay as they were).
+    """
+    device = next(policy.parameters()).device
+    tokens = float(batch.loss_mask.sum())
+    if tokens == 0:
+        raise ValueError("a supervised batch needs reply tokens to train on")
+    policy.train()
+    total = 0.0
+    for start in range(0, len(batch.input_ids), micro_batch_size):
+        rows = slice(start, start + micro_batch_size)
+        loss_mask = batch.loss_mask[rows].to(device)
+        logp, _ = token_logprobs(
+            policy,
+            batch.input_ids[rows].to(device),
+            batch.attention_mask[rows].to(device),
+            loss_mask,
+            with_entropy=False,
+        )
+        nll = -(logp * loss_mask).sum()
+        (nll / tokens).backward()
+        total += float(nll.detach())
+    params = [p for p in policy.parameters() if p.requires_grad]
+    norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+    skipped = not math.isfinite(norm)
+    if not skipped:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    policy.eval()
+    return {
+        "sft/loss": total / tokens,
+        "sft/grad_norm": norm,
+        "sft/skipped": float(skipped),
+        "sft/reply_tokens": tokens,
+    }
+
+
+class SftTrainer(Trainer):
+    """`ragen sft`: the RL trainer's run directory, checkpoints, resume and evaluations,
+    with a supervised step on expert dialogues. One process (no torchrun)."""
+
+    name = "sft"
+    watched = False  # the collapse detector reads RL metrics, which this loop has none of
+
+    def build(self) -> Models:
+        m = self.config.model
+        policy, tokenizer = models.load_policy(
+            m.spec,
+            dtype="float32",
+            device=str(self.device),
+            allow_download=m.allow_download,
+            seed=self.config.trainer.seed,
+        )
+        if m.lora_rank > 0:
+            policy = models.apply_lora(policy, m.lora_rank, m.lora_alpha, m.lora_targets)
+        optimizer = adamw(policy, self.config.sft.lr, self.config)
+        return Models(policy.eval(), tokenizer, None, None, {"actor": optimizer})
+
+    @property
+    def steps(self) -> int:
+        return self.config.sft.steps
+
+    def evaluates(self, step: int, last: bool) -> bool:
+        every = self.config.sft.eval_every
+        return last or (every > 0 and (step + 1) % every == 0)
+
+    def progress(self, metrics: dict[str, float]) -> dict[str, str]:
+        return {"loss": f"{metrics['sft/loss']:.3f}"}
+
+    def dialogues(self, step: int) -> tuple[list[Trajectory], int]:
+        """The step's expert dialogues (``sft.dialogues`` of them when the levels allow) and
+        how many levels were played to find them."""
+        c, want = self.config, self.config.sft.dialogues
+        limit = want * (MAX_LEVELS_PER_DIALOGUE if c.sft.keep == "solved" else 1)
+        seeds = expert_seeds(c.trainer.seed, step, limit)
+        kept: list[Trajectory] = []
+        played = 0
+        while len(kept) < want and played < limit:
+            chunk = seeds[played : played + want - len(kept)]
+            played += len(chunk)
+            for dialogue in expert_dialogues(
+                self.m.tokenizer, c.env.name, chunk, self.spec, env_options=c.env.options
+            ):
+                if c.sft.keep == "all" or dialogue.success:
+                    kept.append(dialogue)
+        if not kept:
+            raise ConfigError(
+                f"config: the expert solved none of {played} levels of {c.env.name} within "
+                f"rollout.max_actions_per_episode={c.rollout.max_actions_per_episode}: raise "
+                "it, or set sft.keep=all"
+            )
+        for number, dialogue in enumerate(kept):  # numbered as the groups of a rollout
+            dialogue.group = number
+        return kept, played
+
+    def step(self, step: int, log: MetricsLogger | None) -> dict[str, float]:
+        c = self.config
+        started = time.perf_counter()
+        dialogues, played = self.dialogues(step)
+        metrics = {
+            "time/dialogues_s": time.perf_counter() - started,
+            "sft/dialogues": float(len(dialogues)),
+            "sft/levels_played": float(played),
+            "sft/expert_success": sum(d.success for d in dialogues) / len(dialogues),
+            "sft/turns_mean": sum(len(d.turns) for d in dialogues) / len(dialogues),
+            "sft/lr": c.sft.lr,
+        }
+        started = time.perf_counter()
+        # Rows of similar length share a pass: less padding to compute.
+        by_length = sorted(dialogues, key=lambda d: len(d.token_ids))
+        batch = collate(by_length, self.m.tokenizer.pad_token_id)
+        metrics.update(
+            supervised_update(
+                self.m.policy,
+                self.m.optimizers["actor"],
+                batch,
+                micro_batch_size=c.sft.micro_batch_size,
+                grad_clip=c.trainer.grad_clip,
+            )
+        )
+        metrics["time/update_s"] = time.perf_counter() - started
+        metrics["perf/train_tokens_per_s"] = float(batch.attention_mask.sum()) / max(
+            metrics["time/update_s"], 1e-9
+        )
+        last = self.is_last(step)
+        metrics.update(self.maybe_evaluate(step, last))
+        self.record(step, log, metrics, dialogues)
+        self.maybe_checkpoint(step, last)
+        return metrics

@@ -1,0 +1,168 @@
+import pytest
+
+from ragen import envs
+from ragen.envs.countdown import evaluate
+from ragen.envs.experts import (
+    ExpertError,
+    expert_move,
+    goal_probabilities,
+    has_expert,
+    lake_plan,
+)
+from ragen.envs.frozen_lake import transition_table
+from ragen.envs.sokoban import Room, solve
+
+SEEDS = range(40)
+
+
+def _play(env, seed, per_turn, budget):
+    """Expert episode on ``seed``: (success, moves played, turns)."""
+    env.reset(seed)
+    left, turns, played = budget, [], []
+    while left > 0:
+        move = expert_move(env, per_turn, left)
+        assert 1 <= len(move.answer) <= min(per_turn, left)
+        turns.append(move)
+        for action in move.answer:
+            result = env.step(action)
+            left -= 1
+            played.append(action)
+            if result.terminated:
+                return result.info["success"], played, turns
+    return False, played, turns
+
+
+@pytest.mark.parametrize("name", ["sokoban", "sokoban-newvocab", "sokoban-large"])
+def test_sokoban_expert_replays_a_shortest_solution_to_success(name):
+    for seed in SEEDS:
+        env = envs.make(name)
+        env.reset(seed)
+        shortest = solve(env.room)
+        success, played, turns = _play(env, seed, per_turn=2, budget=len(shortest))
+        assert success and played == shortest, seed
+        assert all(len(t.answer) == 2 for t in turns[:-1])
+
+
+def test_sokoban_thought_is_true_of_the_state():
+    # The box is down-right of the player; the target two right of the box's row below.
+    room = Room.from_text("######\n#P___#\n#_X__#\n#___O#\n######")
+    assert solve(room) == ["Down", "Right", "Right", "Up", "Right", "Down"]
+    env = envs.make("sokoban")
+    env.load(room)
+    move = expert_move(env, 2, 10)
+    assert move.answer == ("Down", "Right")
+    assert move.thought == (
+        "The box X is 1 below and 1 right of me. The target O is 1 below and 2 right of it. "
+        "It takes 6 more moves. I step left of the box and push it Right."
+    )
+    # Another state, another thought: standing above the box, the plan is to push it down.
+    env.step("Right")
+    move = expert_move(env, 2, 9)
+    assert move.answer == ("Down", "Left")
+    assert move.thought == (
+        "The box X is 1 below me. The target O is 1 below and 2 right of it. It takes 5 more "
+        "moves. I push the box Down."
+    )
+
+
+def test_sokoban_expert_refuses_a_dead_room():
+    env = envs.make("sokoban")
+    env.load(Room.from_text("#####\n#X__#\n#P_O#\n#####"))  # the box sits in a corner
+    with pytest.raises(ExpertError, match="cannot be solved"):
+        expert_move(env, 2, 10)
+
+
+def test_goal_probabilities_by_hand():
+    # S F / F G on a lake that does not slip: one move short of the goal from S.
+    rows = ("SF", "FG")
+    values = goal_probabilities(transition_table(rows, slippery=False), 2)
+    assert values[1] == [0.0, 1.0, 1.0, 0.0]
+    assert values[2] == [1.0, 1.0, 1.0, 0.0]
+    # Slippery: from S (cell 0) one action reaches G never; from F (cell 1), Down reaches G
+    # w.p. 1/3 and both sideways slips (Left to S, Right into the edge) stay on the ice.
+    slippery = goal_probabilities(transition_table(rows, slippery=True), 2)
+    assert slippery[1][0] == 0.0
+    assert slippery[1][1] == pytest.approx(1 / 3)
+    # Two actions from S: e.g. Right then Down. Right lands on F (1/3), or slips Up (stays
+    # at S, 1/3) or Down (to the other F, 1/3); from either F one more action is worth 1/3.
+    assert slippery[2][0] == pytest.approx(2 / 3 * 1 / 3)
+
+
+def test_lake_plan_matches_value_iteration_when_it_has_one_move():
+    rows = envs.make("frozen-lake").load(("SFFF", "FHFH", "FFFH", "HFFG"), 0) and (
+        "SFFF",
+        "FHFH",
+        "FFFH",
+        "HFFG",
+    )
+    values = goal_probabilities(transition_table(rows), 10)
+    for state in (0, 4, 8, 9, 10, 14):
+        plan, probability = lake_plan(rows, state, 1, 10)
+        assert probability == pytest.approx(values[10][state], abs=1e-12)
+        assert len(plan) == 1
+
+
+def test_lake_plan_probability_is_the_frequency_of_success():
+    """The plan's stated probability against 3,000 played episodes (the env's own slips)."""
+    rows = ("SFFF", "FHFH", "FFFH", "HFFG")
+    plan, probability = lake_plan(rows, 0, 2, 10)
+    env = envs.make("frozen-lake")
+    wins = 0
+    for seed in range(3000):
+        env.load(rows, seed)
+        left, done = 10, False
+        moves = plan  # the first turn plays the plan, later turns replan from the state
+        while not done and left:
+            for action in moves:
+                result = env.step(action)
+                left, done = left - 1, result.terminated
+                if done:
+                    wins += result.info["success"]
+                    break
+            if not done and left:
+                moves = lake_plan(rows, env.state, min(2, left), left)[0]
+    # 3,000 episodes: standard error about 0.009 around probability ~0.3
+    assert wins / 3000 == pytest.approx(probability, abs=0.035)
+
+
+def test_lake_thought_names_the_goal_and_the_holes_beside_me():
+    env = envs.make("frozen-lake")
+    env.load(("SHFF", "FFFF", "FFFF", "FFFG"), 0)
+    move = expert_move(env, 2, 10)
+    assert move.thought.startswith("The goal G is 3 below and 3 right of me. A hole O is 1 right")
+    assert " then ".join(move.answer) in move.thought
+    assert "chance to reach it in the 10 actions left." in move.thought
+
+
+def test_bandit_expert_pulls_the_arm_with_the_higher_mean():
+    for name, arm in (("bandit", "Dragon"), ("bandit-rev", "Phoenix"), ("bandit-test", "Trader")):
+        env = envs.make(name)
+        env.reset(3)
+        assert expert_move(env, 1, 1).answer == (arm,)
+    safe = envs.make("bandit", low_payoff=0.5)  # 0.25 x 1 < 0.5: the sure arm wins
+    safe.reset(0)
+    move = expert_move(safe, 1, 1)
+    assert move.answer == ("Phoenix",) and "the safe arm" in move.thought
+
+
+def test_countdown_expert_answers_the_known_expression():
+    env = envs.make("countdown")
+    for seed in SEEDS:
+        env.reset(seed)
+        move = expert_move(env, 1, 1)
+        (answer,) = move.answer
+        assert evaluate(answer).value == env.instance.target
+        assert env.step(answer).info["success"]
+
+
+def test_every_registered_env_has_an_expert_and_others_are_refused():
+    assert all(has_expert(envs.make(name)) for name in envs.names())
+
+    class Other:
+        actions = ("A",)
+
+    assert not has_expert(Other())
+    with pytest.raises(ExpertError, match="no expert plays Other"):
+        expert_move(Other(), 1, 1)
+    with pytest.raises(ValueError, match="needs an action"):
+        expert_move(envs.make("bandit"), 1, 0)

@@ -1,0 +1,159 @@
+"""`ragen sft` on the tiny model: the supervised loss by hand, the run it writes, exact
+resume, and RL started from its checkpoint."""
+
+import json
+
+import pytest
+import torch
+
+from ragen import config, models
+from ragen.cli import main
+from ragen.monitor.logging import RunDir, read_jsonl
+from ragen.rollout.expert import expert_dialogues
+from ragen.rollout.loop import RolloutSpec
+from ragen.rollout.trajectory import collate
+from ragen.train.sft import supervised_update
+
+SMALL = [
+    "model.spec=tiny",
+    "sft.dialogues=4",
+    "sft.micro_batch_size=2",
+    "sft.lr=1e-3",
+    "trainer.eval_episodes=2",
+    "env.eval_names=[sokoban]",
+    "rollout.max_reply_tokens=64",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
+
+
+def _batch(tokenizer, seeds=(0, 1, 2)):
+    c = config.load("sokoban")
+    spec = RolloutSpec.from_config(c.rollout)
+    return collate(expert_dialogues(tokenizer, "sokoban", list(seeds), spec), 0)
+
+
+def _nll_by_hand(model, batch) -> float:
+    """Token-mean NLL of the masked tokens from a plain full forward (no shared prefix)."""
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    picked = logp.gather(-1, batch.input_ids[:, 1:, None])[..., 0]
+    mask = batch.loss_mask[:, 1:]
+    return float(-(picked * mask).sum() / mask.sum())
+
+
+def test_supervised_loss_is_the_token_mean_nll_of_the_replies_for_any_micro_batch():
+    updated = []
+    for micro in (1, 3):
+        model, tokenizer = models.load_policy("tiny", dtype="float32", seed=0)
+        batch = _batch(tokenizer)
+        expected = _nll_by_hand(model, batch)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        metrics = supervised_update(model, optimizer, batch, micro_batch_size=micro, grad_clip=1e9)
+        assert metrics["sft/loss"] == pytest.approx(expected, rel=1e-5)
+        assert metrics["sft/reply_tokens"] == float(batch.loss_mask.sum())
+        assert metrics["sft/skipped"] == 0.0
+        assert _nll_by_hand(model, batch) < expected  # one SGD step lowers the loss
+        updated.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    # micro-batches accumulate to the whole batch's gradient
+    assert torch.allclose(updated[0], updated[1], atol=1e-6)
+
+
+def test_non_finite_gradient_skips_the_step():
+    model, tokenizer = models.load_policy("tiny", dtype="float32", seed=0)
+    batch = _batch(tokenizer, seeds=(0,))
+    before = [p.detach().clone() for p in model.parameters()]
+    with torch.no_grad():
+        model.get_output_embeddings().weight[0, 0] = float("nan")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    metrics = supervised_update(model, optimizer, batch, micro_batch_size=1, grad_clip=1.0)
+    assert metrics["sft/skipped"] == 1.0
+    changed = [
+        n for (n, p), b in zip(model.named_parameters(), before, strict=True) if not p.equal(b)
+    ]
+    assert changed == ["lm_head.weight"] or changed == ["model.embed_tokens.weight"]
+
+
+def _sft(tmp_path, name, *overrides, resume=False):
+    args = ["sft", "--resume", str(tmp_path / name)] if resume else ["sft", "sokoban"]
+    out = [] if resume else ["--out", str(tmp_path / name)]
+    return main([*args, *([] if resume else SMALL), *overrides, *out])
+
+
+def _sft_records(run):
+    return [
+        {k: v for k, v in r.items() if k.startswith("sft/")}
+        for r in read_jsonl(RunDir(run).metrics).records
+    ]
+
+
+def test_sft_writes_a_run_that_resumes_exactly_and_rl_starts_from(tmp_path, capsys):
+    assert _sft(tmp_path, "whole", "sft.steps=3", "trainer.save_every=1") == 0
+    whole = _sft_records(tmp_path / "whole")
+    assert len(whole) == 3 and whole[-1]["sft/loss"] < whole[0]["sft/loss"]
+    assert all(r["sft/dialogues"] == 4 and r["sft/expert_success"] == 1.0 for r in whole)
+    evals = read_jsonl(RunDir(tmp_path / "whole").evals).records
+    assert [e["step"] for e in evals] == [2]  # sft.eval_every=0: after the last step only
+    episodes = (tmp_path / "whole" / "trajectories" / "step_000000.jsonl").read_text()
+    assert all(json.loads(line)["success"] for line in episodes.splitlines())
+
+    assert _sft(tmp_path, "part", "sft.steps=2", "trainer.save_every=1") == 0
+    assert _sft(tmp_path, "part", "sft.steps=3", resume=True) == 0
+    assert _sft_records(tmp_path / "part") == whole
+    saved = config.load(str(tmp_path / "part" / "config.yaml"))
+    assert saved.sft.steps == 3
+    ckpt = tmp_path / "whole" / "checkpoints" / "step_000003"
+    weights = {}
+    for run in ("whole", "part"):
+        model, _ = models.load_policy(str(tmp_path / run / "checkpoints" / "step_000003"))
+        weights[run] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert torch.equal(weights["whole"], weights["part"])
+
+    rl = [
+        "train",
+        "sokoban",
+        f"model.spec={ckpt}",
+        "trainer.steps=1",
+        "rollout.groups=2",
+        "rollout.group_size=2",
+        "rollout.max_reply_tokens=6",
+        "trainer.mini_batch_size=2",
+        "trainer.micro_batch_size=2",
+        "trainer.eval_every=0",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+        "--out",
+        str(tmp_path / "rl"),
+    ]
+    assert main(rl) == 0
+    assert config.load(str(tmp_path / "rl" / "config.yaml")).model.spec == str(ckpt)
+    assert len(read_jsonl(RunDir(tmp_path / "rl").metrics).records) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sft"], "name an environment"),
+        (["sft", "chess"], "unknown environment 'chess'"),
+        (["sft", "sokoban", "sft.steps=0"], "sft.steps"),
+        (["sft", "--resume", "nowhere", "sokoban"], "--resume continues a run"),
+        (["sft", "--resume", "nowhere"], "is not a run directory"),
+    ],
+)
+def test_bad_sft_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
+    assert main([*argv, "--out", str(tmp_path / "run")] if "--resume" not in argv else argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_budget_no_level_fits_is_refused(tmp_path, capsys):
+    argv = [
+        "sokoban-large",  # two boxes: no level is solved in one action
+        *SMALL,
+        "rollout.max_actions_per_episode=1",
+        "rollout.max_actions_per_turn=1",
+    ]
+    assert main(["sft", *argv, "--out", str(tmp_path / "run")]) == 2
+    assert "the expert solved none of 32 levels" in capsys.readouterr().err
