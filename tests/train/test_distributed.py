@@ -65,6 +65,11 @@ RUN = [
 MEAN_WEIGHT_ATOL = 1e-5
 # Optimiser states and a single update from the same weights follow to float rounding.
 WEIGHT_ATOL = 1e-5
+# Optimiser states after two steps, relative to each tensor's largest value: rounding moved
+# the actor's first moment by 0.26% of its largest value (4.5e-5 of 0.0175, FSDP2 against one
+# process, whitened advantages); a state saved in another layout or not gathered differs by
+# its whole size.
+OPTIMIZER_RTOL = 1e-2
 # One update from the same weights reproduces its metrics to float rounding.
 METRIC_ATOL = 1e-5
 # Metrics of whole runs follow their weights: rollout metrics come from identical episodes,
@@ -125,7 +130,8 @@ def _mean_difference(a: RunDir, b: RunDir, step: int) -> float:
 
 
 def _optimizer_difference(a: RunDir, b: RunDir, step: int) -> float:
-    """Largest difference of the optimiser states, which must have the same layout."""
+    """Largest difference of the optimiser states, which must have the same layout, as a
+    share of the largest value of the state tensor it is in."""
     sa, sb = (torch.load(r.checkpoint(step) / "optimizer.pt", weights_only=True) for r in (a, b))
     assert sa.keys() == sb.keys()
     worst = 0.0
@@ -134,7 +140,9 @@ def _optimizer_difference(a: RunDir, b: RunDir, step: int) -> float:
         assert sa[key]["state"].keys() == sb[key]["state"].keys()
         for number, values in sa[key]["state"].items():
             for name, value in values.items():
-                worst = max(worst, float((value - sb[key]["state"][number][name]).abs().max()))
+                want = sb[key]["state"][number][name]
+                scale = max(float(want.abs().max()), 1e-12)
+                worst = max(worst, float((value - want).abs().max()) / scale)
     return worst
 
 
@@ -229,7 +237,7 @@ def test_two_fsdp_processes_train_what_one_process_trains(one_process, two_fsdp_
         got = read_jsonl(two_fsdp_processes.trajectory_file(step)).records
         assert got == read_jsonl(one_process.trajectory_file(step)).records
     # the checkpoint has the layout of an unsharded run, optimiser states included
-    assert _optimizer_difference(two_fsdp_processes, one_process, 2) <= WEIGHT_ATOL
+    assert _optimizer_difference(two_fsdp_processes, one_process, 2) <= OPTIMIZER_RTOL
 
 
 def test_two_fsdp_processes_resume_from_their_checkpoint(one_process, two_fsdp_processes, tmp_path):
