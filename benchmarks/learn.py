@@ -1,6 +1,6 @@
 """Does ragen learn here? A preset trained on this CPU, evaluated before and after.
 
-    python benchmarks/learn.py PRESET [--minutes 30] [--eval-n 256] [--out DIR] [overrides ...]
+    python benchmarks/learn.py PRESET [--minutes 30] [--eval-n 256] [--sft] [overrides ...]
 
 The run is a normal ``ragen train`` run (its directory holds metrics.jsonl, evaluations,
 trajectories, checkpoints): the embedded model is evaluated on fixed seeds at T=0.5 before
@@ -8,7 +8,9 @@ the first update and after the last, on every env of ``env.eval_names``, with ``
 seeds each. Training stops after the preset's steps or ``--minutes`` of wall time, whichever
 comes first. Prints base and final success per env; writes
 ``benchmarks/results/learn_<preset>.json`` and the run's report (PNG curves, summary.md)
-into ``docs/learn-<preset>/``. Each evaluation's episodes and full summary (turns, reply
+into ``docs/learn-<preset>/``. ``--sft`` trains with ``ragen sft`` (supervised, on expert
+dialogues; ``sft.steps`` or ``--minutes``) instead of RL: ``learn_sft_<preset>.json`` and
+``docs/learn-sft-<preset>/``. Each evaluation's episodes and full summary (turns, reply
 tokens, why episodes ended) are kept in ``RUN_DIR/eval-base/`` and ``RUN_DIR/eval-final/``,
 standalone evaluation folders that ``ragen view`` opens.
 
@@ -41,6 +43,7 @@ from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl, write_atom
 from ragen.monitor.report import write_report
 from ragen.rollout.evaluate import format_summary
 from ragen.train.evaluator import EvalRequest, evaluate, write_eval
+from ragen.train.sft import SftTrainer
 from ragen.train.trainer import Trainer
 
 RESULTS = Path(__file__).parent / "results"
@@ -167,6 +170,9 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.5, help="eval temperature")
     parser.add_argument("--out", help="run directory (default: runs/learn-PRESET-TIME)")
     parser.add_argument(
+        "--sft", action="store_true", help="train with ragen sft on expert dialogues, not RL"
+    )
+    parser.add_argument(
         "--base-from",
         type=Path,
         help="reuse an earlier run's base evaluation (refused if measured under other conditions)",
@@ -179,9 +185,10 @@ def main() -> None:
     fingerprint = eval_fingerprint(cfg, args.eval_n, args.temperature)
     if args.base_from:  # checked before anything is created or loaded
         base = load_base(args.base_from, fingerprint)
-    run = RunDir(Path(args.out or f"runs/learn-{args.preset}-{stamp}"))
+    name = f"sft-{args.preset}" if args.sft else args.preset
+    run = RunDir(Path(args.out or f"runs/learn-{name}-{stamp}"))
     create_run_dir(run.root, cfg)
-    trainer = Trainer(cfg, run)
+    trainer = (SftTrainer if args.sft else Trainer)(cfg, run)
 
     if args.base_from:
         print(f"base model: reused from {args.base_from} (same fingerprint)")
@@ -204,15 +211,17 @@ def main() -> None:
     for env in base:
         print(f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}")
 
-    docs = DOCS / f"learn-{args.preset}"
+    docs = DOCS / f"learn-{name}"
     shutil.rmtree(docs, ignore_errors=True)
     write_report([run.root], docs)
     command = [args.preset, *args.overrides, f"--minutes {args.minutes:g}"]
+    command += ["--sft"] if args.sft else []
     command += [f"--eval-n {args.eval_n}", f"--temperature {args.temperature:g}"]
     if args.base_from:
         command.append(f"--base-from {args.base_from}")
     result = {
         "preset": args.preset,
+        "training": "sft" if args.sft else "rl",
         "command": "python benchmarks/learn.py " + " ".join(command),
         "minutes_budget": args.minutes,
         "train_minutes": round(train_s / 60, 2),
@@ -234,7 +243,7 @@ def main() -> None:
     }
     prepend_base_and_final(docs / "summary.md", result)
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"learn_{args.preset}.json"
+    path = RESULTS / f"learn_{'sft_' if args.sft else ''}{args.preset}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path} and {docs}/")
 

@@ -97,6 +97,8 @@ def test_sft_writes_a_run_that_resumes_exactly_and_rl_starts_from(tmp_path, caps
     assert [e["step"] for e in evals] == [2]  # sft.eval_every=0: after the last step only
     episodes = (tmp_path / "whole" / "trajectories" / "step_000000.jsonl").read_text()
     assert all(json.loads(line)["success"] for line in episodes.splitlines())
+    assert main(["report", str(tmp_path / "whole"), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "sft.png").stat().st_size > 0  # the loss curve
 
     assert _sft(tmp_path, "part", "sft.steps=2", "trainer.save_every=1") == 0
     assert _sft(tmp_path, "part", "sft.steps=3", resume=True) == 0

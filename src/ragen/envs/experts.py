@@ -27,7 +27,7 @@ from ragen.envs.base import relative_position
 from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
 from ragen.envs.frozen_lake import FrozenLakeEnv, transition_table
-from ragen.envs.sokoban import Room, SokobanEnv, solve
+from ragen.envs.sokoban import Room, SokobanEnv, cell_distance, relative_cell, solve
 
 # Open-loop moves the lake expert plans in one turn: 4**k sequences are searched, and a
 # move planned blind after three slippery ones is rarely better than the next turn's.
@@ -102,12 +102,12 @@ def _sokoban_thought(room: Room, solution: list[str], moves: tuple[str, ...], sy
             break
         player, walk = ahead, walk + 1
     box, width = ahead, room.width
-    target = min(room.targets, key=lambda t: (_distance(box, t, width), t))
+    target = min(room.targets, key=lambda t: (cell_distance(box, t, width), t))
     article = "The" if len(room.boxes) == 1 else "A"
-    where_box = _where(room.player, box, width, "me")
+    where_box = relative_cell(room.player, box, width, "me")
     facts = (
         f"{article} box {symbols['box']} is {where_box}. "
-        f"{article} target {symbols['target']} is {_where(box, target, width, 'it')}. "
+        f"{article} target {symbols['target']} is {relative_cell(box, target, width, 'it')}. "
     )
     total = len(solution)
     plan = f"It takes {total} more move{'s' if total != 1 else ''}."
@@ -118,16 +118,6 @@ def _sokoban_thought(room: Room, solution: list[str], moves: tuple[str, ...], sy
     else:
         act = f"I step {_PUSH_FROM[direction]} the box and push it {direction}."
     return f"{facts}{plan} {act}"
-
-
-def _where(origin: int, cell: int, width: int, anchor: str) -> str:
-    (row, col), (o_row, o_col) = divmod(cell, width), divmod(origin, width)
-    return relative_position(row - o_row, col - o_col, anchor)
-
-
-def _distance(a: int, b: int, width: int) -> int:
-    (a_row, a_col), (b_row, b_col) = divmod(a, width), divmod(b, width)
-    return abs(a_row - b_row) + abs(a_col - b_col)
 
 
 # --------------------------------------------------------------------------- FrozenLake

@@ -571,20 +571,22 @@ def _demo_thought(room: Room, solution: list[str], symbols: Mapping[str, str]) -
             break
         player = ahead
     box = ahead
-    target = min(room.targets, key=lambda t: (_distance(box, t, room.width), t))
+    target = min(room.targets, key=lambda t: (cell_distance(box, t, room.width), t))
     article = "The" if len(room.boxes) == 1 else "A"
     return (
-        f"{article} box {symbols['box']} is {_where(room.player, box, room.width, 'me')}. "
-        f"{article} target {symbols['target']} is {_where(box, target, room.width, 'it')}. "
+        f"{article} box {symbols['box']} is {relative_cell(room.player, box, room.width, 'me')}. "
+        f"{article} target {symbols['target']} is {relative_cell(box, target, room.width, 'it')}. "
         f"I push the box {move}."
     )
 
 
-def _where(origin: int, cell: int, width: int, anchor: str) -> str:
+def relative_cell(origin: int, cell: int, width: int, anchor: str) -> str:
+    """Where ``cell`` lies from ``origin`` in a room ``width`` wide, in words ("1 below me")."""
     (row, col), (o_row, o_col) = divmod(cell, width), divmod(origin, width)
     return relative_position(row - o_row, col - o_col, anchor)
 
 
-def _distance(a: int, b: int, width: int) -> int:
+def cell_distance(a: int, b: int, width: int) -> int:
+    """Moves between two cells of a room ``width`` wide, walls ignored (Manhattan distance)."""
     (a_row, a_col), (b_row, b_col) = divmod(a, width), divmod(b, width)
     return abs(a_row - b_row) + abs(a_col - b_col)

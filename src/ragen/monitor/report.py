@@ -68,6 +68,14 @@ PLOTS = (
         ),
     ),
     Plot("entropy", "Token entropy", (Panel("entropy (nats)", ("actor/entropy",)),)),
+    Plot(
+        "sft",
+        "Supervised fine-tuning (ragen sft)",
+        (
+            Panel("loss (NLL per reply token)", ("sft/loss",)),
+            Panel("gradient norm", ("sft/grad_norm",), log_y=True),
+        ),
+    ),
     Plot("grad_norm", "Gradient norm", (Panel("gradient norm", ("actor/grad_norm",), log_y=True),)),
     Plot(
         "length",
