@@ -112,6 +112,8 @@ def test_sft_writes_a_run_that_resumes_exactly_and_rl_starts_from(tmp_path, caps
         weights[run] = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert torch.equal(weights["whole"], weights["part"])
 
+    refused = main(["train", "--resume", str(tmp_path / "whole")])
+    assert refused == 2 and "continue it with `ragen sft --resume" in capsys.readouterr().err
     rl = [
         "train",
         "sokoban",
@@ -131,6 +133,8 @@ def test_sft_writes_a_run_that_resumes_exactly_and_rl_starts_from(tmp_path, caps
     assert main(rl) == 0
     assert config.load(str(tmp_path / "rl" / "config.yaml")).model.spec == str(ckpt)
     assert len(read_jsonl(RunDir(tmp_path / "rl").metrics).records) == 1
+    assert main(["sft", "--resume", str(tmp_path / "rl")]) == 2
+    assert "continue it with `ragen train --resume" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -184,6 +184,13 @@ def best_checkpoint(run: RunDir) -> Path | None:
     return max(scored)[2] if scored else None
 
 
+def written_by(path: Path) -> str | None:
+    """The loop that wrote the checkpoint at ``path`` (``train`` or ``sft``); None for a
+    checkpoint from before the state recorded it."""
+    loop = json.loads((path / STATE_FILE).read_text()).get("loop")
+    return loop if isinstance(loop, str) else None
+
+
 def checkpoint_folders(run: RunDir) -> list[Path]:
     """Every ``step_N`` folder, oldest first, intact or not (temporary and discarded folders
     have hidden names, never matched here)."""

@@ -516,7 +516,11 @@ class Trainer:
         # Every rank calls save_checkpoint: with sharded models each holds a part of the
         # weights and optimiser states, gathered onto rank 0, which writes.
         if last or (t.save_every and (step + 1) % t.save_every == 0):
-            state = {"rollbacks": self.rollbacks, "eval_success": self.eval_success}
+            state = {
+                "loop": self.name,
+                "rollbacks": self.rollbacks,
+                "eval_success": self.eval_success,
+            }
             if self.detector is not None:
                 state["monitor"] = self.detector.state_dict()
             checkpoint.save_checkpoint(
@@ -632,6 +636,13 @@ def check_resume(run: RunDir, saved: Config, asked: Config, *, sft: bool = False
             f"{', '.join(sorted(NEEDS_CRITIC))}, or start a new run with --out"
         )
     done = checkpoint.complete_checkpoints(run)
+    loop = checkpoint.written_by(done[-1]) if done else None
+    if loop is not None and loop != ("sft" if sft else "train"):
+        raise ConfigError(
+            f"config: {run.root} was written by `ragen {loop}`: continue it with `ragen {loop} "
+            f"--resume {run.root}`, or start a new run from one of its checkpoints with "
+            f"model.spec={done[-1]}"
+        )
     steps_done = int(done[-1].name.removeprefix("step_")) if done else 0
     key = "sft.steps" if sft else "trainer.steps"
     steps = asked.sft.steps if sft else asked.trainer.steps
