@@ -103,22 +103,45 @@ def _cmd_config_list(_: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------- train
 
 
+def _resumed(path: str, overrides: list[str], command: str):
+    """(config, run dir) of the run at ``path`` that ``ragen COMMAND --resume`` continues,
+    with ``overrides``; refused if its checkpoints cannot take them."""
+    from pathlib import Path
+
+    from ragen import config
+    from ragen.monitor.logging import RunDir
+    from ragen.train.trainer import check_resume
+
+    run = RunDir(Path(path), command=command)
+    if not run.config.is_file():
+        raise UsageError(f"{path} is not a run directory (no config.yaml)")
+    cfg = config.load(str(run.config), overrides)
+    check_resume(run, config.load(str(run.config)), cfg, sft=command == "sft")
+    return cfg, run
+
+
+def _env_preset(env: str, preset: str | None) -> str:
+    """The preset a command on ``env`` runs: ``preset`` if given, else the env's own."""
+    from ragen import config, envs
+
+    if env not in envs.names():
+        raise UsageError(f"unknown environment {env!r}: use one of {', '.join(envs.names())}")
+    preset = preset or config.preset_for_env(env)
+    if preset is None:
+        raise UsageError(f"no preset for env {env!r}: pass --preset NAME or a .yaml path")
+    return preset
+
+
 def _train_config(args: argparse.Namespace):
     """(config, run dir) of a new run or of the run being resumed; nothing is written yet."""
     from pathlib import Path
 
     from ragen import config
     from ragen.monitor.logging import RunDir, default_run_root
-    from ragen.train.trainer import check_resume
 
     positional = [args.preset] if args.preset else []
     if args.resume:
-        run = RunDir(Path(args.resume))
-        if not run.config.is_file():
-            raise UsageError(f"{args.resume} is not a run directory (no config.yaml)")
-        cfg = config.load(str(run.config), [*positional, *args.overrides])
-        check_resume(run, config.load(str(run.config)), cfg)
-        return cfg, run
+        return _resumed(args.resume, [*positional, *args.overrides], "train")
     if not args.preset:
         raise UsageError("name a preset (see `ragen config list`) or pass --resume RUN_DIR")
     cfg = config.load(args.preset, args.overrides)
@@ -128,6 +151,15 @@ def _train_config(args: argparse.Namespace):
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from ragen.train.trainer import Trainer
+
+    cfg, run = _train_config(args)  # a refused config leaves no folder behind
+    return _run_loop(Trainer, cfg, run, resume=bool(args.resume))
+
+
+def _run_loop(loop, cfg, run, *, resume: bool) -> int:
+    """Check that ``cfg`` can run, then run the training ``loop`` (Trainer or SftTrainer) in
+    ``run``: a new run directory or, with ``resume``, the run continued from its checkpoint."""
     import copy
     from contextlib import ExitStack
 
@@ -135,9 +167,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from ragen.monitor import runlock
     from ragen.monitor.logging import create_run_dir, rewrite_config
     from ragen.train import distributed, preflight
-    from ragen.train.trainer import Trainer, resolve_device
+    from ragen.train.trainer import resolve_device
 
-    cfg, run = _train_config(args)  # a refused config leaves no folder behind
     preflight.check_runnable(cfg)
     config.import_reward_terms(cfg)  # user code, imported only now that a run starts
     distributed.check_split(cfg.rollout.groups)  # torchrun: every process refuses, at once
@@ -145,20 +176,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
         main = distributed.is_main()
         # One writer per run directory; under torchrun rank 0 is the one that writes it.
         distributed.on_main(lambda: held.enter_context(runlock.hold(run)))
-        if not args.resume:
+        if not resume:
             distributed.on_main(lambda: create_run_dir(run.root, cfg))
         if main:
             print(f"run directory: {run.root}")
         asked = copy.deepcopy(cfg)  # the trainer changes its own (a rollback's filter ratio)
-        trainer = Trainer(cfg, run, resume=bool(args.resume))
-        if args.resume:  # recorded once the checkpoint has loaded: a failed resume changes nothing
+        trainer = loop(cfg, run, resume=resume)
+        if resume:  # recorded once the checkpoint has loaded: a failed resume changes nothing
             distributed.on_main(lambda: rewrite_config(run, asked))
         try:
             trainer.train()
         except KeyboardInterrupt:
             if main:
                 print(
-                    f"interrupted; continue with: ragen train --resume {run.root}", file=sys.stderr
+                    f"interrupted; continue with: ragen {run.command} --resume {run.root}",
+                    file=sys.stderr,
                 )
             return 130
         if main:
@@ -176,26 +208,16 @@ def _sft_config(args: argparse.Namespace):
     from ragen import config, envs
     from ragen.envs.experts import has_expert
     from ragen.monitor.logging import RunDir, default_run_root
-    from ragen.train.trainer import check_resume
 
     if args.env and "=" in args.env:  # `ragen sft --resume RUN key=value`: no env named
         args.env, args.overrides = None, [args.env, *args.overrides]
     if args.resume:
         if args.env:
             raise UsageError("--resume continues a run with its own env: drop ENV")
-        run = RunDir(Path(args.resume), command="sft")
-        if not run.config.is_file():
-            raise UsageError(f"{args.resume} is not a run directory (no config.yaml)")
-        cfg = config.load(str(run.config), args.overrides)
-        check_resume(run, config.load(str(run.config)), cfg, sft=True)
-        return cfg, run
+        return _resumed(args.resume, args.overrides, "sft")
     if not args.env:
         raise UsageError("name an environment (see `ragen envs`) or pass --resume RUN_DIR")
-    if args.env not in envs.names():
-        raise UsageError(f"unknown environment {args.env!r}: use one of {', '.join(envs.names())}")
-    preset = args.preset or config.preset_for_env(args.env)
-    if preset is None:
-        raise UsageError(f"no preset for env {args.env!r}: pass --preset NAME or a .yaml path")
+    preset = _env_preset(args.env, args.preset)
     cfg = config.load(preset, [*args.overrides, f"env.name={args.env}"])
     if not has_expert(envs.make(cfg.env.name, **cfg.env.options)):
         raise UsageError(f"{args.env} has no expert to imitate: ragen sft plays {_EXPERT_ENVS}")
@@ -209,36 +231,13 @@ _EXPERT_ENVS = "Sokoban, FrozenLake, Bandit and Countdown envs"
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
-    import copy
-    from contextlib import ExitStack
-
-    from ragen import config
-    from ragen.monitor import runlock
-    from ragen.monitor.logging import create_run_dir, rewrite_config
-    from ragen.train import distributed, preflight
+    from ragen.train import distributed
     from ragen.train.sft import SftTrainer
 
     if distributed.world_size() > 1:
         raise UsageError("ragen sft runs in one process: start it without torchrun")
     cfg, run = _sft_config(args)  # a refused config leaves no folder behind
-    preflight.check_runnable(cfg)
-    config.import_reward_terms(cfg)  # evaluations score episodes with them
-    with ExitStack() as held:
-        held.enter_context(runlock.hold(run))
-        if not args.resume:
-            create_run_dir(run.root, cfg)
-        print(f"run directory: {run.root}")
-        asked = copy.deepcopy(cfg)
-        trainer = SftTrainer(cfg, run, resume=bool(args.resume))
-        if args.resume:  # recorded once the checkpoint has loaded
-            rewrite_config(run, asked)
-        try:
-            trainer.train()
-        except KeyboardInterrupt:
-            print(f"interrupted; continue with: ragen sft --resume {run.root}", file=sys.stderr)
-            return 130
-        print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
-    return EXIT_OK
+    return _run_loop(SftTrainer, cfg, run, resume=bool(args.resume))
 
 
 # -------------------------------------------------------------------------------- eval
@@ -247,18 +246,14 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 def _eval_config(args: argparse.Namespace):
     import json
 
-    from ragen import config, envs
+    from ragen import config
 
-    if args.env not in envs.names():
-        raise UsageError(f"unknown environment {args.env!r}: use one of {', '.join(envs.names())}")
+    preset = _env_preset(args.env, args.preset)
     if args.n * args.k > config.MAX_EVAL_EPISODES:
         raise UsageError(
             f"--n {args.n} seeds x --k {args.k} tries is {args.n * args.k:,} episodes, more than "
             f"the {config.MAX_EVAL_EPISODES:,} one evaluation may run: lower --n or --k"
         )
-    preset = args.preset or config.preset_for_env(args.env)
-    if preset is None:
-        raise UsageError(f"no preset for env {args.env!r}: pass --preset NAME or a .yaml path")
     overrides = [*args.overrides, f"env.name={args.env}"]
     if args.model is not None:
         # A JSON string is a YAML string: --model 123 names a folder, never the number 123.

@@ -95,6 +95,8 @@ class EnvConfig:
 # make_generator all read them from here.
 RolloutBackend = Literal["hf", "naive", "vllm", "vllm-cpu"]
 BACKENDS: tuple[str, ...] = get_args(RolloutBackend)
+FormatPenaltyMode = Literal["no_action", "any_invalid"]
+FORMAT_PENALTY_MODES: tuple[str, ...] = get_args(FormatPenaltyMode)
 
 
 @dataclass
@@ -121,7 +123,7 @@ class RolloutConfig:
     """Start replies with <think>; false is the NoThinking ablation (replies start <answer>)."""
     format_penalty: float = opt(-0.1, le=0.0)
     """Reward added for each turn whose reply is penalised (see format_penalty_mode)."""
-    format_penalty_mode: Literal["no_action", "any_invalid"] = "no_action"
+    format_penalty_mode: FormatPenaltyMode = "no_action"
     """Which replies get format_penalty: no_action, those that run no action (bad tags, no
     action word, cut short); any_invalid, also those with any answer piece that is not an
     action word, even if the others ran (RAGEN's code)."""

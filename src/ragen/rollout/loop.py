@@ -23,6 +23,7 @@ from ragen.agent.prompts import (
     turn_user_message,
     worked_reply,
 )
+from ragen.config import FORMAT_PENALTY_MODES
 from ragen.rollout.dialogue import ChatFormat
 from ragen.rollout.generator import Generator, Request
 from ragen.rollout.rewards import resolve, shaping
@@ -52,9 +53,10 @@ class RolloutSpec:
     reward_terms: tuple[tuple[str, float], ...] = ()  # (name, weight) of shaping terms
 
     def __post_init__(self) -> None:
-        if self.format_penalty_mode not in ("no_action", "any_invalid"):
+        if self.format_penalty_mode not in FORMAT_PENALTY_MODES:
             raise ValueError(
-                f"format_penalty_mode={self.format_penalty_mode!r}: choose no_action or any_invalid"
+                f"format_penalty_mode={self.format_penalty_mode!r}: choose one of "
+                f"{', '.join(FORMAT_PENALTY_MODES)}"
             )
 
     @classmethod

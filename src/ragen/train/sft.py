@@ -24,7 +24,7 @@ from ragen.monitor.logging import MetricsLogger
 from ragen.rollout.expert import expert_dialogues, expert_seeds
 from ragen.rollout.trajectory import Batch, Trajectory, collate
 from ragen.train.forward import token_logprobs
-from ragen.train.trainer import Models, Trainer, adamw
+from ragen.train.trainer import Models, Trainer, adamw, load_master_policy
 
 # With keep=solved, levels tried per step at most this many times sft.dialogues: the
 # expert solves most levels, so running out means a budget too small for the game.
@@ -89,13 +89,7 @@ class SftTrainer(Trainer):
 
     def build(self) -> Models:
         m = self.config.model
-        policy, tokenizer = models.load_policy(
-            m.spec,
-            dtype="float32",
-            device=str(self.device),
-            allow_download=m.allow_download,
-            seed=self.config.trainer.seed,
-        )
+        policy, tokenizer = load_master_policy(self.config, self.device)
         if m.lora_rank > 0:
             policy = models.apply_lora(policy, m.lora_rank, m.lora_alpha, m.lora_targets)
         optimizer = adamw(policy, self.config.sft.lr, self.config)

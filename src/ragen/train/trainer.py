@@ -92,9 +92,7 @@ def build_models(config: Config, device: torch.device) -> Models:
     """Policy (float32 master weights, LoRA if asked), critic from the same LM, optimisers;
     each model sharded (before its optimiser takes its parameters) if the run shards."""
     m, t, a = config.model, config.trainer, config.algo
-    policy, tokenizer = models.load_policy(
-        m.spec, dtype="float32", device=str(device), allow_download=m.allow_download, seed=t.seed
-    )
+    policy, tokenizer = load_master_policy(config, device)
     critic = None
     if a.estimator in NEEDS_CRITIC:
         critic = models.ValueModel(copy.deepcopy(policy)).to(device)
@@ -111,6 +109,19 @@ def build_models(config: Config, device: torch.device) -> Models:
     if critic is not None:
         optimizers["critic"] = adamw(critic, t.critic_lr, config)
     return Models(policy.eval(), tokenizer, critic, ref, optimizers, ref_model)
+
+
+def load_master_policy(config: Config, device: torch.device):
+    """(policy, tokenizer) of ``model.spec`` in float32 master weights on ``device``, before
+    any LoRA; the trainer's seed fixes whatever the load initialises."""
+    m = config.model
+    return models.load_policy(
+        m.spec,
+        dtype="float32",
+        device=str(device),
+        allow_download=m.allow_download,
+        seed=config.trainer.seed,
+    )
 
 
 def adamw(model: torch.nn.Module, lr: float, config: Config) -> torch.optim.AdamW:
