@@ -421,8 +421,7 @@ class ValueModel(torch.nn.Module):
     """A critic: the policy LM's transformer body with a scalar head instead of the LM head.
 
     Initialised from the policy LM (as in the paper), so it starts from the same features.
-    ``forward(input_ids, attention_mask) -> values (B, T)``: the value of the state after
-    each position's token, i.e. before the next token is generated.
+    Values are read with `ragen.train.forward.state_values`, which runs ``body`` then ``head``.
     """
 
     def __init__(self, lm) -> None:
@@ -433,10 +432,6 @@ class ValueModel(torch.nn.Module):
         # A zero head starts every value at 0: no arbitrary initial critic error.
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)  # (B, T)
 
 
 def apply_lora(model, rank: int, alpha: int, targets: Sequence[str]):

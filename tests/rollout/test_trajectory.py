@@ -65,7 +65,6 @@ def test_collate_right_pads_without_moving_tokens():
     assert batch.loss_mask[1].tolist() == [0, 0, 1] + [0] * 7
     assert batch.loss_mask[0].tolist() == [float(m) for m in long_t.loss_mask]
     assert batch.rewards[1, 2].item() == 1.0 and batch.rewards[1].sum().item() == 1.0
-    assert batch.old_logprobs[1].tolist() == pytest.approx([0, 0, -0.7] + [0] * 7)
     assert torch.equal(batch.group_ids, torch.tensor([0, 1]))
     assert batch.scores.tolist() == pytest.approx([10.8, 1.0])
     # each sampled token keeps its own position, so the token it follows is unchanged

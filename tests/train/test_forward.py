@@ -87,7 +87,9 @@ def test_values_equal_the_value_model(tiny):
     critic = models.ValueModel(copy.deepcopy(tiny[0]))
     torch.nn.init.normal_(critic.head.weight, std=0.1)  # a zero head would hide any error
     ids, mask, _ = _batch(critic.config.vocab_size, 24)
-    full = critic(ids, mask)  # (B, T): value after each token
+    # a plain forward of the body, then the head: the value after each token, (B, T)
+    hidden = critic.body(input_ids=ids, attention_mask=mask).last_hidden_state
+    full = critic.head(hidden).squeeze(-1)
     values = state_values(critic, ids, mask)
     real = mask.bool()
     real[:, 0] = False

@@ -14,7 +14,6 @@ copied into a second full-size float tensor.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 from torch import Tensor
@@ -34,7 +33,6 @@ __all__ = [
     "value_loss",
 ]
 
-AggMode = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
 AGG_MODES: tuple[str, ...] = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
 KL_KINDS: tuple[str, ...] = ("k1", "k3")
 

@@ -41,10 +41,6 @@ class ExpressionError(ValueError):
     """The text is not an arithmetic expression this game accepts."""
 
 
-class _Unscorable(Exception):
-    """A well-formed expression whose value does not exist or is too large."""
-
-
 def tokenize(text: str) -> list[str]:
     """Numbers and operators of `text`; anything else is an ExpressionError."""
     if len(text) > MAX_ANSWER_CHARS:

@@ -53,8 +53,6 @@ _SLIP_STREAM = 1
 # examples point to no fixed first action.
 _DEMO_SEEDS = (2_000_000_001, 2_000_000_016)
 
-Transition = tuple[float, int, int, bool]
-
 
 def shortest_path(rows: tuple[str, ...] | list[str]) -> list[str] | None:
     """A shortest action list from the start (top-left) to the goal that steps on no hole.

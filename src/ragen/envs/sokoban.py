@@ -93,7 +93,6 @@ _BRUSHES = (
     ((0, 0), (1, 0)),
     ((0, 0), (0, 1), (1, 0), (1, 1)),
 )
-_DIRS = ((-1, 0), (1, 0), (0, -1), (0, 1))  # Up, Down, Left, Right as (d_row, d_col)
 # Rooms of the worked turns shown to a small model (rollout.demos). Seeds from 2e9 up are
 # never played: training seeds are below 1e9 and evaluation seeds are 1e9 + i. These two
 # start with different moves in the 6×6 one-box room (Up, Right, Down: push the box down;

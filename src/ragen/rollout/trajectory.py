@@ -110,7 +110,6 @@ class Batch:
     attention_mask: torch.Tensor  # (B, T) long
     loss_mask: torch.Tensor  # (B, T) float, 1 on sampled tokens
     rewards: torch.Tensor  # (B, T) float, placed per reward_placement
-    old_logprobs: torch.Tensor  # (B, T) float, sampling log-probs (0 off the mask)
     scores: torch.Tensor  # (B,) float, episode returns
     group_ids: torch.Tensor  # (B,) long
 
@@ -132,7 +131,6 @@ def collate(
         attention_mask=torch.tensor(pad([[1] * len(t.token_ids) for t in trajectories], 0)),
         loss_mask=torch.tensor(pad([t.loss_mask for t in trajectories], 0), dtype=torch.float32),
         rewards=torch.tensor(pad([t.token_rewards(placement) for t in trajectories], 0.0)),
-        old_logprobs=torch.tensor(pad([t.logprobs for t in trajectories], 0.0)),
         scores=torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32),
         group_ids=torch.tensor([t.group for t in trajectories]),
     )
