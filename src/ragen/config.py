@@ -645,13 +645,23 @@ def _check_filter(c: Config) -> None:
         )
 
 
+def kept_count(groups: int, keep_ratio: float) -> int:
+    """Groups kept out of ``groups`` by a ``keep_ratio`` filter:
+    ``max(1, ceil(groups * keep_ratio - 1e-9))`` (the 1e-9 keeps 0.25 * 8 at 2, not 3, when
+    the product rounds up in floating point). The config's checks and the filter both use it.
+    """
+    if not 0.0 < keep_ratio <= 1.0:
+        raise ValueError(f"keep_ratio must lie in (0, 1], got {keep_ratio}; 1 keeps every group")
+    return min(groups, max(1, math.ceil(groups * keep_ratio - 1e-9)))
+
+
 def kept_groups(c: Config) -> int:
     """Groups kept by uncertainty filtering each step: exactly this many in filter_mode std or
     std_rev; at most this many with filter_mode=top_p or filter_include_zero=false, which keep
     fewer (even none: the step then skips its update) when the groups' returns vary little."""
     if c.algo.filter_mode == "top_p":
         return c.rollout.groups
-    return max(1, math.ceil(c.rollout.groups * c.algo.filter_ratio - 1e-9))
+    return kept_count(c.rollout.groups, c.algo.filter_ratio)
 
 
 def kept_episodes(c: Config) -> int:

@@ -23,6 +23,8 @@ import math
 import torch
 from torch import Tensor
 
+from ragen.config import kept_count
+
 __all__ = [
     "FILTER_MODES",
     "TOP_P_TOLERANCE",
@@ -42,17 +44,6 @@ groups hardly vary at all."""
 ZERO_STD = 1e-10
 """A group std at or below this counts as zero (RAGEN-2's cut): returns that differ only by
 the rounding of summed per-turn rewards are equal returns."""
-
-
-def kept_count(groups: int, keep_ratio: float) -> int:
-    """Groups kept out of ``groups``: ``max(1, ceil(groups * keep_ratio - 1e-9))``.
-
-    The same rule as ``ragen.config.kept_groups`` (the 1e-9 keeps 0.25 * 8 at 2, not 3, when
-    the product rounds up in floating point).
-    """
-    if not 0.0 < keep_ratio <= 1.0:
-        raise ValueError(f"keep_ratio must lie in (0, 1], got {keep_ratio}; 1 keeps every group")
-    return min(groups, max(1, math.ceil(groups * keep_ratio - 1e-9)))
 
 
 def group_std(group_returns: Tensor) -> Tensor:

@@ -4,12 +4,14 @@ and how varied the replies are (``diversity/…``, ``think/…``)."""
 from __future__ import annotations
 
 import re
-import statistics
 from collections.abc import Sequence
 from functools import cache
 
+import torch
+
 from ragen.agent.parsing import parse_reply
 from ragen.agent.prompts import example_reply
+from ragen.algos.filtering import group_std
 from ragen.rollout.trajectory import END_REASONS, Trajectory
 
 
@@ -18,12 +20,13 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def group_reward_std(trajectories: Sequence[Trajectory]) -> float:
-    """Mean over groups of the population std of episode returns inside the group: the
-    paper's early warning (it falls before the reward does when training collapses)."""
+    """Mean over groups of the in-group return std the filter ranks groups by
+    (`ragen.algos.filtering.group_std`): the paper's early warning (it falls before the
+    reward does when training collapses)."""
     groups: dict[int, list[float]] = {}
     for t in trajectories:
         groups.setdefault(t.group, []).append(t.total_reward)
-    return _mean([statistics.pstdev(g) for g in groups.values()])
+    return _mean([float(group_std(torch.tensor([g]))[0]) for g in groups.values()])
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
