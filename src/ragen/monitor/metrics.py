@@ -42,7 +42,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "rollout/valid_action_rate": executed / proposed if proposed else 0.0,
         "rollout/actions_per_episode": executed / max(1, len(trajectories)),
         "rollout/turns_per_episode": len(turns) / max(1, len(trajectories)),
-        "rollout/reply_tokens": _mean([turn.reply_end - turn.reply_start for turn in turns]),
+        "rollout/reply_tokens": _mean([turn.reply_tokens for turn in turns]),
         "rollout/think_tokens": _mean([turn.think_tokens for turn in turns]),
         "rollout/context_tokens": _mean([len(t.token_ids) for t in trajectories]),
     }

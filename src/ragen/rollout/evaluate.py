@@ -37,7 +37,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
         "turns_mean": len(turns) / n,
         "actions_mean": sum(len(turn.actions) for turn in turns) / n,
         "format_ok": sum(turn.format_ok for turn in turns) / max(1, len(turns)),
-        "reply_tokens_mean": sum(sum(t.loss_mask) for t in trajectories) / max(1, len(turns)),
+        "reply_tokens_mean": sum(turn.reply_tokens for turn in turns) / max(1, len(turns)),
         "end": {reason: ends.get(reason, 0) / n for reason in END_REASONS},
     }
 

@@ -42,6 +42,11 @@ class Turn:
     reply_end: int
     terms: dict[str, float] = field(default_factory=dict)  # reward by term; sums to reward
 
+    @property
+    def reply_tokens(self) -> int:
+        """Tokens the model sampled in this reply (what its length limits count)."""
+        return self.reply_end - self.reply_start
+
 
 @dataclass
 class Trajectory:
