@@ -1,0 +1,38 @@
+import pytest
+from tests.rollout.test_trajectory import _two_turn_trajectory
+
+from ragen.rollout.evaluate import eval_seeds, summarize
+
+
+def _episode(group, copy, success, end):
+    t = _two_turn_trajectory(group)  # turns of 2 and 3 sampled tokens, rewards -0.1 and 10.9
+    t.copy, t.success, t.end = copy, success, end
+    return t
+
+
+def test_summary_of_two_seeds_with_two_tries_each():
+    episodes = [
+        _episode(0, 0, True, "terminated"),
+        _episode(0, 1, False, "truncated:turns"),
+        _episode(1, 0, False, "truncated:actions"),
+        _episode(1, 1, False, "truncated:actions"),
+    ]
+    episodes[3].turns = episodes[3].turns[:1]  # one turn of 2 tokens, reward -0.1
+    s = summarize(episodes)
+    assert (s["episodes"], s["seeds"], s["k"]) == (4, 2, 2)
+    assert s["success"] == 0.25  # 1 of 4 episodes
+    assert s["pass_at_k"] == 0.5  # seed 0 solved by one of its 2 tries, seed 1 by neither
+    assert s["reward_mean"] == pytest.approx((3 * 10.8 - 0.1) / 4)
+    assert s["turns_mean"] == 7 / 4 and s["actions_mean"] == 7 / 4  # one action per turn
+    assert s["reply_tokens_mean"] == pytest.approx((3 * 5 + 2) / 7)  # sampled tokens per turn
+    assert s["end"]["terminated"] == 0.25 and s["end"]["truncated:actions"] == 0.5
+    assert s["end"]["truncated:context"] == 0.0
+
+
+def test_nothing_to_summarize_is_refused():
+    with pytest.raises(ValueError, match="no trajectories"):
+        summarize([])
+
+
+def test_eval_seeds_are_the_same_for_every_call():
+    assert eval_seeds(3, 1_000_000_000) == [1_000_000_000, 1_000_000_001, 1_000_000_002]
