@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 from ragen import envs, models
-from ragen.rollout.generator import Request, make_generator
+from ragen.rollout.backends import make_generator
+from ragen.rollout.generator import Request
 
 GOAL_SPEEDUP = 3.0
 

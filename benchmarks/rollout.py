@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from ragen import models
-from ragen.rollout.generator import make_generator
+from ragen.rollout.backends import make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 
 GOAL_SPEEDUP = 3.0

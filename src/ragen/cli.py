@@ -266,8 +266,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from ragen import config, models
     from ragen.monitor.logging import default_run_root
+    from ragen.rollout.backends import make_generator
     from ragen.rollout.evaluate import format_summary
-    from ragen.rollout.generator import make_generator
     from ragen.train.evaluator import EvalRequest, check_eval_out, evaluate, write_eval
     from ragen.train.preflight import check_device
     from ragen.train.trainer import resolve_device

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ragen import models
+from ragen.rollout.backends import make_generator
 from ragen.rollout.generator import (
     Request,
     Stopper,
@@ -22,7 +23,6 @@ from ragen.rollout.generator import (
     _padded_cache,
     _row_kv,
     _spans,
-    make_generator,
 )
 
 LOGPROB_TOL = 1e-4

@@ -9,7 +9,8 @@ import pytest
 from ragen import config, envs, models
 from ragen.agent.parsing import parse_reply
 from ragen.envs.sokoban import solve
-from ragen.rollout.generator import Sample, make_generator
+from ragen.rollout.backends import make_generator
+from ragen.rollout.generator import Sample
 from ragen.rollout.loop import RolloutSpec, rollout
 
 

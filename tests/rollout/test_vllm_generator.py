@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from ragen import models
-from ragen.rollout.generator import Request, make_generator
+from ragen.rollout.backends import make_generator
+from ragen.rollout.generator import Request
 from ragen.rollout.loop import RolloutSpec, rollout
 
 pytest.importorskip("vllm")

@@ -30,7 +30,6 @@ from typing import Any, Protocol
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from ragen.config import BACKENDS
 from ragen.rollout.sampling import choose, row_generators
 from ragen.sysmem import available_memory
 
@@ -107,34 +106,6 @@ class Generator(Protocol):
     def release(self, keys: Iterable[Hashable]) -> None: ...
 
 
-def make_generator(
-    name: str,
-    model,
-    tokenizer,
-    *,
-    stop_strings: Sequence[str] = ("</answer>",),
-    max_batch: int | None = None,
-) -> Generator:
-    """Build the backend ``name`` (one of ``BACKENDS``) over a transformers causal LM.
-
-    ``max_batch`` caps the rows decoded together; None picks it from free memory per call
-    (vLLM: its own scheduler's default). The vLLM backends live in vllm_generator.py and need
-    the vllm package, imported only when one is asked for.
-    """
-    if max_batch is not None and max_batch < 1:
-        raise ValueError(f"max_batch must be a positive number of rows, got {max_batch}")
-    stopper = Stopper(tokenizer, eos_ids(model, tokenizer), stop_strings)
-    if name == "hf":
-        return CachedGenerator(model, stopper, max_batch)
-    if name == "naive":
-        return NaiveGenerator(model, stopper, max_batch)
-    if name in ("vllm", "vllm-cpu"):
-        from ragen.rollout.vllm_generator import VLLMGenerator
-
-        return VLLMGenerator(model, stopper, backend=name, max_batch=max_batch)
-    raise ValueError(f"unknown generator backend {name!r}: use one of {', '.join(BACKENDS)}")
-
-
 # ----------------------------------------------------------------------------- shared rules
 
 
@@ -190,7 +161,7 @@ def request_generators(seed: int, requests: Sequence[Request]) -> list[torch.Gen
     )
 
 
-def _check_call(requests: Sequence[Request], max_new_tokens: int, temperature: float, top_p):
+def check_call(requests: Sequence[Request], max_new_tokens: int, temperature: float, top_p):
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     if temperature < 0:
@@ -274,7 +245,7 @@ class NaiveGenerator:
         top_p: float = 1.0,
         seed: int = 0,
     ) -> list[Sample]:
-        _check_call(requests, max_new_tokens, temperature, top_p)
+        check_call(requests, max_new_tokens, temperature, top_p)
         self.stats.calls += 1
         generators = request_generators(seed, requests)
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
@@ -402,7 +373,7 @@ class CachedGenerator:
         self.pad = _pad_id(model, stopper)
         self.stats = GenerationStats()
         self._entries: dict[Hashable, _Entry] = {}
-        self._weights = _weights_version(model)
+        self._weights = weights_version(model)
 
     def release(self, keys: Iterable[Hashable]) -> None:
         for key in keys:
@@ -418,7 +389,7 @@ class CachedGenerator:
         top_p: float = 1.0,
         seed: int = 0,
     ) -> list[Sample]:
-        _check_call(requests, max_new_tokens, temperature, top_p)
+        check_call(requests, max_new_tokens, temperature, top_p)
         self.stats.calls += 1
         self._drop_stale()
         jobs = self._plan(requests)
@@ -440,7 +411,7 @@ class CachedGenerator:
 
     def _drop_stale(self) -> None:
         # An optimiser step changes the weights in place, which makes every kept cache wrong.
-        version = _weights_version(self.model)
+        version = weights_version(self.model)
         if version != self._weights:
             self._entries.clear()
             self._weights = version
@@ -609,7 +580,7 @@ def _drop_rows(batch: _Batch, finished: list[int], tokens: torch.Tensor) -> torc
     return tokens[keep.to(tokens.device)]
 
 
-def _weights_version(model) -> int:
+def weights_version(model) -> int:
     # In-place updates (optimizer steps, load_state_dict) bump each tensor's version counter.
     return sum(p._version for p in model.parameters())
 

@@ -41,9 +41,9 @@ from ragen.rollout.generator import (
     Request,
     Sample,
     Stopper,
-    _check_call,
-    _weights_version,
+    check_call,
     request_generators,
+    weights_version,
 )
 
 # Backend name → the vLLM platform it must run on.
@@ -150,7 +150,7 @@ class VLLMGenerator:
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, True)
         save_weights(model, self.folder)
         stopper.tokenizer.save_pretrained(self.folder)
-        self._weights = _weights_version(model)
+        self._weights = weights_version(model)
         config = model.config.get_text_config()
         self.llm = vllm.LLM(
             model=self.folder,
@@ -181,7 +181,7 @@ class VLLMGenerator:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        _check_call(requests, max_new_tokens, temperature, top_p)
+        check_call(requests, max_new_tokens, temperature, top_p)
         self.stats.calls += 1
         self._sync_weights()
         seeds = [g.initial_seed() for g in request_generators(seed, requests)]
@@ -220,7 +220,7 @@ class VLLMGenerator:
         self._cleanup()
 
     def _sync_weights(self) -> None:
-        version = _weights_version(self.model)
+        version = weights_version(self.model)
         if version == self._weights:
             return
         save_weights(self.model, self.folder)

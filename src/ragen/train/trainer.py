@@ -36,7 +36,7 @@ from ragen.monitor.logging import (
 )
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
-from ragen.rollout.generator import make_generator
+from ragen.rollout.backends import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
 from ragen.sysmem import trim_heap

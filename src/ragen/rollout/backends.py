@@ -1,0 +1,36 @@
+"""The rollout backends by name: ``hf`` and ``naive`` (generator.py) and the vLLM engines
+(vllm_generator.py, imported only when asked for, as they need the vllm package)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ragen.config import BACKENDS
+from ragen.rollout.generator import CachedGenerator, Generator, NaiveGenerator, Stopper, eos_ids
+
+
+def make_generator(
+    name: str,
+    model,
+    tokenizer,
+    *,
+    stop_strings: Sequence[str] = ("</answer>",),
+    max_batch: int | None = None,
+) -> Generator:
+    """Build the backend ``name`` (one of ``BACKENDS``) over a transformers causal LM.
+
+    ``max_batch`` caps the rows decoded together; None picks it from free memory per call
+    (vLLM: its own scheduler's default).
+    """
+    if max_batch is not None and max_batch < 1:
+        raise ValueError(f"max_batch must be a positive number of rows, got {max_batch}")
+    stopper = Stopper(tokenizer, eos_ids(model, tokenizer), stop_strings)
+    if name == "hf":
+        return CachedGenerator(model, stopper, max_batch)
+    if name == "naive":
+        return NaiveGenerator(model, stopper, max_batch)
+    if name in ("vllm", "vllm-cpu"):
+        from ragen.rollout.vllm_generator import VLLMGenerator
+
+        return VLLMGenerator(model, stopper, backend=name, max_batch=max_batch)
+    raise ValueError(f"unknown generator backend {name!r}: use one of {', '.join(BACKENDS)}")
