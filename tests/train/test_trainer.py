@@ -384,7 +384,7 @@ def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_pat
     assert all(torch.equal(best[k], v) for k, v in trainer.m.policy.state_dict().items())
     lrs = [g["lr"] for g in trainer.m.optimizers["actor"].param_groups]
     assert lrs == [cfg.trainer.actor_lr * 0.5] * len(lrs)
-    assert trainer.config.algo.filter_ratio == 0.25
+    assert trainer.filter_ratio == 0.25 and trainer.config.algo.filter_ratio == 0.5
 
 
 def test_wall_clock_budget_ends_the_run_after_one_step_with_a_checkpoint(tmp_path):

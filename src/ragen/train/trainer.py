@@ -309,7 +309,7 @@ class Trainer:
         returns = torch.tensor([t.total_reward for t in trajectories]).view(-1, n)  # (G, N)
         keep, metrics = select_groups(
             returns,
-            a.filter_ratio,
+            self.filter_ratio,
             a.filter_mode,
             top_p=a.filter_top_p,
             include_zero=a.filter_include_zero,
@@ -495,7 +495,6 @@ class Trainer:
             target, policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers
         )
         self.rollbacks += 1
-        self._apply_rollback_filter(self.rollbacks)
         self._set_learning_rates(step + 1)
         say(
             f"[step {step}] rolled back to {target.name} (rollback {self.rollbacks} of "
@@ -513,11 +512,15 @@ class Trainer:
                 group["lr"] = base[name] * scale
         return scale
 
-    def _apply_rollback_filter(self, rollbacks: int) -> None:
-        """After a rollback, the stronger filter if one is configured."""
-        mon = self.config.monitor
-        if rollbacks and mon.rollback_filter_ratio is not None:
-            self.config.algo.filter_ratio = mon.rollback_filter_ratio
+    @property
+    def filter_ratio(self) -> float:
+        """The share of groups the std filter keeps now: ``algo.filter_ratio``, or after a
+        rollback ``monitor.rollback_filter_ratio`` when one is set. Derived from the run's
+        state, never written into the config, so config.yaml stays what the user asked."""
+        override = self.config.monitor.rollback_filter_ratio
+        return (
+            override if self.rollbacks and override is not None else self.config.algo.filter_ratio
+        )
 
     def maybe_checkpoint(self, step: int, last: bool = False) -> None:
         """Save every ``trainer.save_every`` steps, on the last step, and when a monitor
@@ -614,7 +617,6 @@ class Trainer:
         self.eval_success = state.get("eval_success")
         if self.detector is not None and "monitor" in state:
             self.detector.load_state_dict(state["monitor"])
-        self._apply_rollback_filter(self.rollbacks)  # the rates are set by every update
         return None
 
 
