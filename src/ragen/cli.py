@@ -269,13 +269,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from ragen.rollout.backends import make_generator
     from ragen.rollout.evaluate import format_summary
     from ragen.train.evaluator import EvalRequest, check_eval_out, evaluate, write_eval
-    from ragen.train.preflight import check_device
+    from ragen.train.preflight import check_demonstrations, check_device
     from ragen.train.trainer import resolve_device
 
     cfg = _eval_config(args)  # everything is checked before the model loads
     out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
     check_eval_out(out)
     check_device(cfg.trainer.device)  # the model folder is checked as it loads
+    check_demonstrations(cfg, [args.env])
     config.import_reward_terms(cfg)  # user code, imported only now that a run starts
     model, tokenizer = models.load_policy(
         cfg.model.spec,

@@ -732,14 +732,13 @@ def _check_envs(c: Config) -> None:
     try:
         env = envs.make(c.env.name, **c.env.options)
         env.reset(0)  # options under which no level can be made fail here, not mid-run
-        # Worked turns play (for Sokoban: solve) levels, so they are built only when asked for.
-        offers = [(c.env.name, len(envs.demonstrations(env)))] if c.rollout.demos else []
     except (TypeError, ValueError, envs.GenerationError) as err:
         message = _reason(err)
         raise ConfigError(f"config: env.options={_shown(c.env.options)}: {message}") from None
-    if c.rollout.demos:
-        offers += [(n, len(envs.demonstrations(envs.make(n)))) for n in c.env.eval_names]
-    for name, offered in offers:
+    # Counted, not built: building plays (for Sokoban: solves) levels, which preflight does.
+    offers = [(c.env.name, envs.demo_count(env))]
+    offers += [(n, envs.demo_count(envs.make(n))) for n in c.env.eval_names]
+    for name, offered in offers if c.rollout.demos else []:
         if c.rollout.demos > offered:
             raise ConfigError(
                 f"config: rollout.demos={c.rollout.demos} but {name} offers {offered} "

@@ -20,6 +20,7 @@ class Sloppy:
     """Breaks the contract in several ways at once."""
 
     actions = ("Go",)
+    demo_count = 3  # promises worked turns it does not offer
 
     def __init__(self):
         self.text = ""
@@ -46,6 +47,7 @@ def test_checker_reports_each_violation():
     assert "step before reset must raise" in problems
     assert "all gave the same level" in problems
     assert "info lacks bool action_effective" in problems
+    assert "demo_count is 3 but demonstrations() gave 0" in problems
 
 
 class Endless(Sloppy):

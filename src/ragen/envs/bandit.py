@@ -116,6 +116,8 @@ class BanditEnv:
         self._text = _state_text(self._order)
         return self._text
 
+    demo_count = len(_DEMOS)
+
     def demonstrations(self) -> tuple[Demonstration, ...]:
         """Two worked pulls of bandits with other arm names (see `Demonstration`)."""
         worked = []

@@ -103,6 +103,12 @@ def demonstrations(env: TextEnv) -> tuple[Demonstration, ...]:
     return tuple(offer()) if callable(offer) else ()
 
 
+def demo_count(env: TextEnv) -> int:
+    """How many worked turns `demonstrations(env)` gives (an env's ``demo_count``, 0 if it
+    offers none), known without building them: building may run a solver."""
+    return int(getattr(env, "demo_count", 0))
+
+
 class EpisodeOverError(RuntimeError):
     """`step` was called before `reset` or after the episode ended."""
 

@@ -23,7 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from ragen.envs.base import INFO_KEYS, EpisodeOverError, StepResult, TextEnv, make, names
+from ragen.envs.base import (
+    INFO_KEYS,
+    EpisodeOverError,
+    StepResult,
+    TextEnv,
+    demo_count,
+    demonstrations,
+    make,
+    names,
+)
 
 INVALID_WORD = "not-an-action-zzz"
 # Answers tried on free-text envs (empty `actions`): one that parses, one that does not.
@@ -88,6 +97,9 @@ def _check_surface(factory: Factory) -> list[str]:
         problems.append("step before reset must raise EpisodeOverError")
     except EpisodeOverError:
         pass
+    offered = len(demonstrations(env))  # the config counts them by demo_count, unbuilt
+    if demo_count(env) != offered:
+        problems.append(f"demo_count is {demo_count(env)} but demonstrations() gave {offered}")
     return problems
 
 

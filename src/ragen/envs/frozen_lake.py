@@ -209,6 +209,8 @@ class FrozenLakeEnv:
     def reset(self, seed: int) -> str:
         return self.load(generate_map(seed, self.size, self.p, self.max_tries), seed)
 
+    demo_count = len(_DEMO_SEEDS)
+
     def demonstrations(self) -> tuple[Demonstration, ...]:
         """Worked first turns of two lakes this env never deals (see `Demonstration`).
 

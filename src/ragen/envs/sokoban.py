@@ -475,6 +475,8 @@ class SokobanEnv:
     def reset(self, seed: int) -> str:
         return self.load(generate_room(seed, **self._generator_options))
 
+    demo_count = len(_DEMO_SEEDS)
+
     def demonstrations(self) -> tuple[Demonstration, ...]:
         """Worked first turns of two rooms this env never deals (see `Demonstration`).
 

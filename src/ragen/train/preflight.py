@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ragen import models
+from ragen import envs, models
 from ragen.config import Config, ConfigError, ModelConfig, is_device
 
 ALL_LINEAR = "all-linear"
@@ -18,10 +18,26 @@ ALL_LINEAR = "all-linear"
 def check_runnable(config: Config) -> None:
     """Raise ConfigError (or ModelError) with one line if ``config`` cannot train here."""
     check_device(config.trainer.device)
+    check_demonstrations(config, [config.env.name, *config.env.eval_names])
     m = config.model
     skeleton = models.build_skeleton(m.spec, allow_download=m.allow_download)
     if m.lora_rank > 0:
         check_lora(skeleton, m)
+
+
+def check_demonstrations(config: Config, env_names: list[str]) -> None:
+    """The worked turns ``rollout.demos`` asks for can be built for every env in
+    ``env_names`` under ``env.options`` (Sokoban solves its worked rooms: a room size or
+    box count past the solver's bound has none). The config's own check counted them."""
+    if not config.rollout.demos:
+        return
+    for name in dict.fromkeys(env_names):
+        options = config.env.options if name == config.env.name else {}
+        try:
+            envs.demonstrations(envs.make(name, **options))
+        except envs.GenerationError as err:
+            message = f"config: rollout.demos={config.rollout.demos} on {name}: {err}"
+            raise ConfigError(message) from None
 
 
 def check_device(name: str) -> None:
