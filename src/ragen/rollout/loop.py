@@ -23,7 +23,7 @@ from ragen.agent.prompts import (
     turn_user_message,
     worked_reply,
 )
-from ragen.config import FORMAT_PENALTY_MODES
+from ragen.config import FORMAT_PENALTY_MODES, RolloutConfig
 from ragen.rollout.dialogue import ChatFormat
 from ragen.rollout.generator import Generator, Request
 from ragen.rollout.rewards import resolve, shaping
@@ -33,24 +33,26 @@ from ragen.rollout.trajectory import Trajectory, Turn
 # from the trainer's seed stream well below this).
 EVAL_SEED_BASE = 1_000_000_000
 _CALLS = itertools.count()
+_DEFAULT = RolloutConfig()
 
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    """The rollout settings the loop needs, as plain values (mirrors config.RolloutConfig)."""
+    """The rollout settings the loop needs, as plain values; each default is
+    config.RolloutConfig's (documented there)."""
 
-    max_turns: int = 5
-    max_actions_per_turn: int = 5
-    max_actions_per_episode: int = 10
-    max_reply_tokens: int = 400
-    max_context_tokens: int = 3600
-    temperature: float = 1.0
-    top_p: float = 1.0
-    think: bool = True
-    format_penalty: float = -0.1
-    format_penalty_mode: str = "no_action"  # or any_invalid (see config.RolloutConfig)
-    demos: int = 0
-    reward_terms: tuple[tuple[str, float], ...] = ()  # (name, weight) of shaping terms
+    max_turns: int = _DEFAULT.max_turns
+    max_actions_per_turn: int = _DEFAULT.max_actions_per_turn
+    max_actions_per_episode: int = _DEFAULT.max_actions_per_episode
+    max_reply_tokens: int = _DEFAULT.max_reply_tokens
+    max_context_tokens: int = _DEFAULT.max_context_tokens
+    temperature: float = _DEFAULT.temperature
+    top_p: float = _DEFAULT.top_p
+    think: bool = _DEFAULT.think
+    format_penalty: float = _DEFAULT.format_penalty
+    format_penalty_mode: str = _DEFAULT.format_penalty_mode
+    demos: int = _DEFAULT.demos
+    reward_terms: tuple[tuple[str, float], ...] = tuple(_DEFAULT.reward_terms.items())
 
     def __post_init__(self) -> None:
         if self.format_penalty_mode not in FORMAT_PENALTY_MODES:
