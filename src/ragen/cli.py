@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 
 from ragen import __version__
+from ragen.config import DEFAULT_SPEC, DTYPES, TrainerConfig
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -66,7 +67,7 @@ def _cmd_model_chat(args: argparse.Namespace) -> int:
     from ragen import models
 
     if len(args.words) == 1:
-        spec, text = models.DEFAULT_SPEC, args.words[0]
+        spec, text = DEFAULT_SPEC, args.words[0]
     elif len(args.words) == 2:
         spec, text = args.words
     else:
@@ -322,7 +323,7 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dtype",
         default="auto",
-        choices=["auto", "float32", "bfloat16", "float16"],
+        choices=DTYPES,
         help="weights dtype (auto: bfloat16 where the CPU runs it natively, else float32)",
     )
     parser.add_argument(
@@ -344,11 +345,11 @@ def _add_model_commands(commands) -> None:
     model = _command(commands, "model", "prepare, inspect and smoke-test a model")
     actions = model.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     p = _command(actions, "prepare", "convert the embedded model to safetensors (once)")
-    p.add_argument("spec", nargs="?", default="smollm2-135m", help=SPEC_HELP)
+    p.add_argument("spec", nargs="?", default=DEFAULT_SPEC, help=SPEC_HELP)
     p.add_argument("--force", action="store_true", help="convert again even if cached")
     p.set_defaults(func=_cmd_model_prepare)
     p = _command(actions, "info", "architecture, size, dtype, chat template, load time")
-    p.add_argument("spec", nargs="?", default="smollm2-135m", help=SPEC_HELP)
+    p.add_argument("spec", nargs="?", default=DEFAULT_SPEC, help=SPEC_HELP)
     _model_args(p)
     p.set_defaults(func=_cmd_model_info)
     p = _command(actions, "chat", "print one greedy reply: ragen model chat [SPEC] TEXT")
@@ -371,14 +372,20 @@ def _add_config_commands(commands) -> None:
 
 
 def _add_eval_command(commands) -> None:
+    defaults = TrainerConfig()  # --n and --temperature default to a run's evaluation
     from ragen.config import BACKENDS
 
     p = _command(commands, "eval", "evaluate a model on fixed seeds of an environment")
     p.add_argument("--env", required=True, help="environment name (see `ragen envs`)")
     p.add_argument("--model", help=f"model spec ({SPEC_HELP}); default: the preset's")
-    p.add_argument("--n", type=_positive_int, default=256, help="number of fixed seeds")
+    p.add_argument("--n", type=_positive_int, default=defaults.eval_episodes, help="fixed seeds")
     p.add_argument("--k", type=_positive_int, default=1, help="tries per seed (pass@k)")
-    p.add_argument("--temperature", type=_non_negative_float, default=0.5, help="0 = greedy")
+    p.add_argument(
+        "--temperature",
+        type=_non_negative_float,
+        default=defaults.eval_temperature,
+        help="0 = greedy",
+    )
     p.add_argument(
         "--backend",
         choices=BACKENDS,

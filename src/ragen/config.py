@@ -64,12 +64,18 @@ def opt(default: Any, *, ge=None, gt=None, le=None, lt=None) -> Any:
     return field(default=default, metadata=metadata)
 
 
+# Model dtypes, named once: the config field, `--dtype` and models.resolve_dtype read them.
+ModelDtype = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES: tuple[str, ...] = get_args(ModelDtype)
+DEFAULT_SPEC = "smollm2-135m"
+
+
 @dataclass
 class ModelConfig:
-    spec: str = "smollm2-135m"
+    spec: str = DEFAULT_SPEC
     """Policy model: smollm2-135m (embedded), tiny (tests), a local Hugging Face folder, or a
     Hub id (needs allow_download)."""
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: ModelDtype = "auto"
     """Generation dtype; auto picks bfloat16 where the device runs it natively, else float32."""
     allow_download: bool = False
     """Let a Hub id in spec be downloaded; off means ragen never touches the network."""

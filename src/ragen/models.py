@@ -30,9 +30,9 @@ from typing import Literal
 
 import torch
 
-DEFAULT_SPEC = "smollm2-135m"
+from ragen.config import DEFAULT_SPEC, DTYPES
+
 TINY_SPEC = "tiny"
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ragen.config import Config
+from ragen.config import Config, TrainerConfig
 from ragen.monitor.logging import RunDir, RunDirError, append_jsonl
 from ragen.rollout.evaluate import eval_seeds, summarize
 from ragen.rollout.generator import Generator
@@ -17,15 +17,17 @@ from ragen.rollout.trajectory import Trajectory
 from ragen.sysmem import trim_heap
 from ragen.train import distributed
 
+_TRAINER = TrainerConfig()  # the evaluation defaults, defined there
+
 
 @dataclass(frozen=True)
 class EvalRequest:
     """What to evaluate: ``n`` fixed seeds of ``env``, ``k`` tries each, at ``temperature``."""
 
     env: str
-    n: int = 256
+    n: int = _TRAINER.eval_episodes
     k: int = 1
-    temperature: float = 0.5
+    temperature: float = _TRAINER.eval_temperature
 
 
 def evaluate(
