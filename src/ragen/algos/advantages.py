@@ -29,6 +29,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ragen.config import NEEDS_CRITIC
+
 __all__ = [
     "ESTIMATORS",
     "NEEDS_CRITIC",
@@ -475,9 +477,6 @@ ESTIMATORS: dict[str, Estimator] = {
     "reinforce_pp": _est_reinforce_pp,
 }
 """Name -> estimator, all called with the keyword arguments of :func:`estimate`."""
-
-NEEDS_CRITIC: frozenset[str] = frozenset({"gae", "bi_level_gae"})
-"""Estimators that read ``values`` (the trainer runs a critic only for these)."""
 
 
 def estimate(

@@ -19,6 +19,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from ragen.config import AGG_MODES
+
 __all__ = [
     "AGG_MODES",
     "KL_KINDS",
@@ -33,7 +35,6 @@ __all__ = [
     "value_loss",
 ]
 
-AGG_MODES: tuple[str, ...] = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
 KL_KINDS: tuple[str, ...] = ("k1", "k3")
 
 LOG_RATIO_LIMIT = 20.0
