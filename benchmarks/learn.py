@@ -39,8 +39,9 @@ import torch
 
 import ragen
 from ragen import config
-from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl, write_atomic
+from ragen.monitor.jsonl import read_jsonl, write_atomic
 from ragen.monitor.report import write_report
+from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.rollout.evaluate import format_summary
 from ragen.train.evaluator import EvalRequest, evaluate, write_eval
 from ragen.train.sft import SftTrainer

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from ragen import config, models
 from ragen.algos import aggregate, policy_loss, value_loss
-from ragen.monitor.logging import RunDir
+from ragen.monitor.rundir import RunDir
 from ragen.train.forward import shared_prefix_length
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateData

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ragen import config
-from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.monitor.jsonl import read_jsonl
+from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.rollout.loop import EVAL_SEED_BASE
 from ragen.train.trainer import Trainer
 

@@ -110,7 +110,7 @@ def _resumed(path: str, overrides: list[str], command: str):
     from pathlib import Path
 
     from ragen import config
-    from ragen.monitor.logging import RunDir
+    from ragen.monitor.rundir import RunDir
     from ragen.train.trainer import check_resume
 
     run = RunDir(Path(path), command=command)
@@ -138,7 +138,7 @@ def _train_config(args: argparse.Namespace):
     from pathlib import Path
 
     from ragen import config
-    from ragen.monitor.logging import RunDir, default_run_root
+    from ragen.monitor.rundir import RunDir, default_run_root
 
     positional = [args.preset] if args.preset else []
     if args.resume:
@@ -166,7 +166,7 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
 
     from ragen import config
     from ragen.monitor import runlock
-    from ragen.monitor.logging import create_run_dir, rewrite_config
+    from ragen.monitor.rundir import create_run_dir, rewrite_config
     from ragen.train import distributed, preflight
     from ragen.train.trainer import resolve_device
 
@@ -208,7 +208,7 @@ def _sft_config(args: argparse.Namespace):
 
     from ragen import config, envs
     from ragen.envs.experts import has_expert
-    from ragen.monitor.logging import RunDir, default_run_root
+    from ragen.monitor.rundir import RunDir, default_run_root
 
     if args.env and "=" in args.env:  # `ragen sft --resume RUN key=value`: no env named
         args.env, args.overrides = None, [args.env, *args.overrides]
@@ -266,7 +266,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ragen import config, models
-    from ragen.monitor.logging import default_run_root
+    from ragen.monitor.rundir import default_run_root
     from ragen.rollout.backends import make_generator
     from ragen.rollout.evaluate import format_summary
     from ragen.train.evaluator import EvalRequest, check_eval_out, evaluate, write_eval
@@ -498,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit status (2 for input the user must fix)."""
     from ragen.config import ConfigError
     from ragen.models import ModelError
-    from ragen.monitor.logging import RunDirError
+    from ragen.monitor.jsonl import RunDirError
     from ragen.train.distributed import LaunchError
 
     args = parse_args(argv)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ragen.cli import main
-from ragen.monitor.logging import RunDir, append_jsonl
+from ragen.monitor.jsonl import append_jsonl
+from ragen.monitor.rundir import RunDir
 
 from . import streams
 

@@ -15,7 +15,8 @@ from ragen.monitor.commands import (
     run_monitor,
     run_report,
 )
-from ragen.monitor.logging import RunDir, append_jsonl
+from ragen.monitor.jsonl import append_jsonl
+from ragen.monitor.rundir import RunDir
 
 from . import streams
 
@@ -208,7 +209,7 @@ def test_report_command_defaults_to_the_run_folder(tmp_path, capsys):
 
 def test_report_on_a_real_tiny_run(tmp_path):
     from ragen import config
-    from ragen.monitor.logging import create_run_dir
+    from ragen.monitor.rundir import create_run_dir
     from ragen.train.trainer import Trainer
 
     cfg = config.load(

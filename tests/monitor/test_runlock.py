@@ -11,7 +11,8 @@ import pytest
 
 from ragen import config
 from ragen.cli import main
-from ragen.monitor.logging import RunDir, RunDirError, create_run_dir
+from ragen.monitor.jsonl import RunDirError
+from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.monitor.runlock import hold
 
 TINY = [
@@ -26,7 +27,7 @@ TINY = [
 HOLDER = """
 import sys, time
 from pathlib import Path
-from ragen.monitor.logging import RunDir
+from ragen.monitor.rundir import RunDir
 from ragen.monitor.runlock import hold
 with hold(RunDir(Path(sys.argv[1]))), hold(RunDir(Path(sys.argv[2]))):
     print("held", flush=True)

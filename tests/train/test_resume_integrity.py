@@ -9,7 +9,8 @@ import pytest
 
 from ragen import config
 from ragen.cli import main
-from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.monitor.jsonl import read_jsonl
+from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.train.trainer import Trainer
 
 SMALL = [

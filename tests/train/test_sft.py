@@ -8,7 +8,8 @@ import torch
 
 from ragen import config, models
 from ragen.cli import main
-from ragen.monitor.logging import RunDir, read_jsonl
+from ragen.monitor.jsonl import read_jsonl
+from ragen.monitor.rundir import RunDir
 from ragen.rollout.expert import expert_dialogues
 from ragen.rollout.loop import RolloutSpec
 from ragen.rollout.trajectory import collate

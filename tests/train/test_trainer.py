@@ -12,7 +12,8 @@ import torch
 
 from ragen import config, models
 from ragen.algos import whiten
-from ragen.monitor.logging import RunDir, create_run_dir, read_jsonl
+from ragen.monitor.jsonl import read_jsonl
+from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.train import checkpoint
 from ragen.train.scoring import policy_logprobs
 from ragen.train.trainer import Trainer, step_env_seeds

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ragen.monitor.logging import MetricsLogger, RunDir, read_jsonl
+from ragen.monitor.jsonl import read_jsonl
+from ragen.monitor.metrics_logger import MetricsLogger
+from ragen.monitor.rundir import RunDir
 from ragen.viewer.app import create_app
 from ragen.viewer.export import export_step
 

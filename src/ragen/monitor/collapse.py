@@ -38,7 +38,7 @@ from typing import Literal
 
 from ragen import config
 from ragen.config import MonitorConfig
-from ragen.monitor.logging import RunDir
+from ragen.monitor.rundir import RunDir
 
 REWARD = "rollout/reward_mean"
 SUCCESS = "rollout/success"

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ragen.config import ConfigError
 from ragen.monitor.collapse import detector_settings, replay
-from ragen.monitor.logging import RunDir, RunDirError, check_metrics, read_jsonl
+from ragen.monitor.jsonl import RunDirError, read_jsonl
+from ragen.monitor.rundir import RunDir, check_metrics
 
 MONITOR_SUMMARY = "replay a run's metrics through the collapse detector and print its alerts"
 REPORT_SUMMARY = "plot one or more runs (PNG) and summarise success and collapse timing"

@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ragen.monitor.collapse import Alert, detector_settings, replay
-from ragen.monitor.logging import RunDir, RunDirError, check_metrics, read_jsonl
+from ragen.monitor.jsonl import RunDirError, read_jsonl
+from ragen.monitor.rundir import RunDir, check_metrics
 
 DEFAULT_SMOOTHING = 0.1
 """EMA weight of one step in the smoothed curves (about TensorBoard's smoothing 0.9)."""

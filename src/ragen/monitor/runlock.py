@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from ragen.monitor.logging import RunDir, RunDirError
+from ragen.monitor.jsonl import RunDirError
+from ragen.monitor.rundir import RunDir
 
 
 @contextmanager

@@ -25,7 +25,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ragen.monitor.logging import RunDir
+from ragen.monitor.rundir import RunDir
 from ragen.train import distributed, fsdp
 
 STATE_FILE = "trainer_state.json"

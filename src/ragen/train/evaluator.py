@@ -9,7 +9,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ragen.config import Config, TrainerConfig
-from ragen.monitor.logging import RunDir, RunDirError, append_jsonl
+from ragen.monitor.jsonl import RunDirError, append_jsonl
+from ragen.monitor.rundir import RunDir
 from ragen.rollout.evaluate import eval_seeds, summarize
 from ragen.rollout.generator import Generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout

@@ -20,7 +20,7 @@ import torch
 
 from ragen import models
 from ragen.config import ConfigError
-from ragen.monitor.logging import MetricsLogger
+from ragen.monitor.metrics_logger import MetricsLogger
 from ragen.rollout.expert import expert_dialogues, expert_seeds
 from ragen.rollout.trajectory import Batch, Trajectory, collate
 from ragen.train.forward import token_logprobs

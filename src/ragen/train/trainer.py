@@ -26,15 +26,10 @@ from ragen import models
 from ragen.algos import NEEDS_CRITIC, estimate, select_groups, whiten
 from ragen.config import Config, ConfigError, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
-from ragen.monitor.logging import (
-    MetricsLogger,
-    RunDir,
-    RunDirError,
-    append_jsonl,
-    read_jsonl,
-    rewrite_jsonl,
-)
+from ragen.monitor.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
+from ragen.monitor.metrics_logger import MetricsLogger
+from ragen.monitor.rundir import RunDir
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.backends import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragen.monitor.logging import parse_line
+from ragen.monitor.jsonl import parse_line
 
 PREVIEW_CHARS = 160
 

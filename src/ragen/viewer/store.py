@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from ragen.agent.parsing import PROBLEMS
 from ragen.config import ConfigError, read_yaml
-from ragen.monitor.logging import JsonlRead, RunDir, RunDirError, read_jsonl
+from ragen.monitor.jsonl import JsonlRead, RunDirError, read_jsonl
+from ragen.monitor.rundir import RunDir
 from ragen.viewer.index import FileIndex, IndexCache, as_float, as_int, as_str, turns_of
 
 StepKey = int | Literal["eval"]

@@ -8,16 +8,9 @@ import textwrap
 import pytest
 
 from ragen import config
-from ragen.monitor.logging import (
-    JsonlRead,
-    MetricsLogger,
-    RunDir,
-    RunDirError,
-    append_jsonl,
-    create_run_dir,
-    default_run_root,
-    read_jsonl,
-)
+from ragen.monitor.jsonl import JsonlRead, RunDirError, append_jsonl, read_jsonl
+from ragen.monitor.metrics_logger import MetricsLogger
+from ragen.monitor.rundir import RunDir, create_run_dir, default_run_root
 
 
 def test_run_dir_layout_and_reloadable_config(tmp_path):
@@ -96,7 +89,8 @@ def test_a_killed_run_keeps_every_completed_step(tmp_path):
         f"""
         import os, signal
         from pathlib import Path
-        from ragen.monitor.logging import MetricsLogger, RunDir
+        from ragen.monitor.metrics_logger import MetricsLogger
+        from ragen.monitor.rundir import RunDir
         run = RunDir(Path({str(tmp_path)!r}))
         log = MetricsLogger(run, tensorboard=False)
         for step in range(3):
