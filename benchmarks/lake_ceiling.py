@@ -19,8 +19,8 @@ from pathlib import Path
 from ragen import envs
 from ragen.envs.experts import goal_probabilities
 from ragen.envs.frozen_lake import transition_table
-from ragen.rollout.evaluate import eval_seeds
 from ragen.rollout.loop import EVAL_SEED_BASE
+from ragen.train.evaluator import eval_seeds
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -42,8 +42,7 @@ from ragen import config
 from ragen.monitor.jsonl import read_jsonl, write_atomic
 from ragen.monitor.report import write_report
 from ragen.monitor.rundir import RunDir, create_run_dir
-from ragen.rollout.evaluate import format_summary
-from ragen.train.evaluator import EvalRequest, evaluate, write_eval
+from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
 from ragen.train.sft import SftTrainer
 from ragen.train.trainer import Trainer
 

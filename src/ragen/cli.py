@@ -268,8 +268,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from ragen import config, models
     from ragen.monitor.rundir import default_run_root
     from ragen.rollout.backends import make_generator
-    from ragen.rollout.evaluate import format_summary
-    from ragen.train.evaluator import EvalRequest, check_eval_out, evaluate, write_eval
+    from ragen.train.evaluator import (
+        EvalRequest,
+        check_eval_out,
+        evaluate,
+        format_summary,
+        write_eval,
+    )
     from ragen.train.preflight import check_demonstrations, check_device
     from ragen.train.trainer import resolve_device
 

@@ -1,7 +1,7 @@
 import pytest
 from tests.rollout.test_trajectory import _two_turn_trajectory
 
-from ragen.rollout.evaluate import eval_seeds, summarize
+from ragen.train.evaluator import eval_seeds, summarize
 
 
 def _episode(group, copy, success, end):
