@@ -409,3 +409,12 @@ def test_wall_clock_budget_counts_from_the_start_of_training(tmp_path):
     trainer.train()
     assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
     assert trainer.stopped_at is None
+
+
+def test_a_step_writes_every_metric_name_that_readers_rely_on(tmp_path):
+    from ragen import metric_names as names
+
+    _, run = _train(tmp_path, "run", "trainer.steps=1", "monitor.template_every=1")
+    written = set(read_jsonl(run.metrics).records[0])
+    sft_only = {names.SFT_LOSS, names.SFT_GRAD_NORM}
+    assert names.PRODUCED - sft_only <= written, sorted(names.PRODUCED - sft_only - written)

@@ -23,6 +23,7 @@ import math
 import torch
 from torch import Tensor
 
+from ragen import metric_names as names
 from ragen.config import kept_count
 
 __all__ = [
@@ -129,7 +130,7 @@ def select_groups(
     kept = len(chosen)
     total = float(std.sum())
     metrics = {
-        "filter/kept_groups": float(kept),
+        names.KEPT_GROUPS: float(kept),
         "filter/kept_ratio": kept / groups,
         "filter/std_mean_kept": float(std[keep].mean()) if kept else 0.0,
         "filter/std_mean_all": float(std.mean()),

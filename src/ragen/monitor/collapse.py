@@ -37,17 +37,18 @@ from pathlib import Path
 from typing import Literal
 
 from ragen import config
+from ragen import metric_names as names
 from ragen.config import MonitorConfig
 from ragen.monitor.rundir import RunDir
 
-REWARD = "rollout/reward_mean"
-SUCCESS = "rollout/success"
-REWARD_STD = "rollout/reward_std"
-ENTROPY = "actor/entropy"
-GRAD_NORM = "actor/grad_norm"
-DISTINCT_REPLY = "diversity/distinct_reply"
-DISTINCT_THINK = "diversity/distinct_2gram_think"
-MI = "collapse/mi_estimate"
+REWARD = names.REWARD_MEAN
+SUCCESS = names.SUCCESS
+REWARD_STD = names.REWARD_STD
+ENTROPY = names.ENTROPY
+GRAD_NORM = names.GRAD_NORM
+DISTINCT_REPLY = names.DISTINCT_REPLY
+DISTINCT_THINK = names.DISTINCT_THINK
+MI = names.MI
 
 # A signal needs a few observations before its noise estimate means anything.
 _MIN_OBSERVATIONS = 3
@@ -156,6 +157,9 @@ class CollapseDetector:
             _Fall(DISTINCT_THINK, c.diversity_drop, False),
             _Fall(MI, c.mi_drop, False),
         )
+        unknown = {REWARD, SUCCESS, GRAD_NORM, *(f.metric for f in self.falls)} - names.PRODUCED
+        if unknown:  # a renamed metric would silently switch its alarm off
+            raise ValueError(f"the detector watches {sorted(unknown)}, which no run writes")
         self.steps_seen = 0
         self.tracks: dict[str, _Track] = {}
         self.grad_history: list[float] = []

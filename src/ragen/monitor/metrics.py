@@ -9,6 +9,7 @@ from functools import cache
 
 import torch
 
+from ragen import metric_names as names
 from ragen.agent.parsing import parse_reply
 from ragen.agent.prompts import example_reply
 from ragen.algos.filtering import group_std
@@ -35,22 +36,22 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     executed = sum(len(turn.actions) for turn in turns)
     proposed = executed + sum(turn.unknown_actions for turn in turns)
     metrics = {
-        "rollout/reward_mean": _mean([t.total_reward for t in trajectories]),
-        "rollout/reward_std": group_reward_std(trajectories),
-        "rollout/success": _mean([float(t.success) for t in trajectories]),
-        "rollout/format_ok": _mean([float(turn.format_ok) for turn in turns]),
+        names.REWARD_MEAN: _mean([t.total_reward for t in trajectories]),
+        names.REWARD_STD: group_reward_std(trajectories),
+        names.SUCCESS: _mean([float(t.success) for t in trajectories]),
+        names.FORMAT_OK: _mean([float(turn.format_ok) for turn in turns]),
         "rollout/valid_action_rate": executed / proposed if proposed else 0.0,
         "rollout/actions_per_episode": executed / max(1, len(trajectories)),
-        "rollout/turns_per_episode": len(turns) / max(1, len(trajectories)),
-        "rollout/reply_tokens": _mean([turn.reply_tokens for turn in turns]),
-        "rollout/think_tokens": _mean([turn.think_tokens for turn in turns]),
-        "rollout/context_tokens": _mean([len(t.token_ids) for t in trajectories]),
+        names.TURNS_PER_EPISODE: len(turns) / max(1, len(trajectories)),
+        names.REPLY_TOKENS: _mean([turn.reply_tokens for turn in turns]),
+        names.THINK_TOKENS: _mean([turn.think_tokens for turn in turns]),
+        names.CONTEXT_TOKENS: _mean([len(t.token_ids) for t in trajectories]),
     }
     for reason in END_REASONS:
         share = _mean([float(t.end == reason) for t in trajectories])
         metrics[f"rollout/end_{reason.replace(':', '_')}"] = share
-    names = dict.fromkeys(name for turn in turns for name in turn.terms)
-    for name in names:  # each reward term's share of the episode return, per episode
+    terms = dict.fromkeys(name for turn in turns for name in turn.terms)
+    for name in terms:  # each reward term's share of the episode return, per episode
         total = sum(turn.terms.get(name, 0.0) for turn in turns)
         metrics[f"reward/{name}"] = total / max(1, len(trajectories))
     return metrics
@@ -63,11 +64,11 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
 _WORDS = re.compile(r"\w+|[^\w\s]")
 DIVERSITY_METRICS = (
-    "diversity/distinct_reply",
-    "diversity/distinct_2gram_think",
-    "think/tokens_mean",
-    "think/empty_share",
-    "think/template_share",
+    names.DISTINCT_REPLY,
+    names.DISTINCT_THINK,
+    names.THINK_TOKENS_MEAN,
+    names.THINK_EMPTY_SHARE,
+    names.THINK_TEMPLATE_SHARE,
 )
 
 
@@ -161,11 +162,11 @@ def diversity_metrics(
     bigrams = [distinct_ngram_ratio(texts, 2) for texts in thinks if _has_ngram(texts, 2)]
     templates = template_thinks(trajectories, min_groups=template_min_groups)
     return {
-        "diversity/distinct_reply": _mean([r for r in replies if r > 0]),
-        "diversity/distinct_2gram_think": _mean(bigrams),
-        "think/tokens_mean": _mean([u.think_tokens for u in turns]),
-        "think/empty_share": _mean([float(not u.think.strip()) for u in turns]),
-        "think/template_share": _mean([float(_normalise(u.think) in templates) for u in turns]),
+        names.DISTINCT_REPLY: _mean([r for r in replies if r > 0]),
+        names.DISTINCT_THINK: _mean(bigrams),
+        names.THINK_TOKENS_MEAN: _mean([u.think_tokens for u in turns]),
+        names.THINK_EMPTY_SHARE: _mean([float(not u.think.strip()) for u in turns]),
+        names.THINK_TEMPLATE_SHARE: _mean([float(_normalise(u.think) in templates) for u in turns]),
     }
 
 

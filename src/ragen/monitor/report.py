@@ -22,6 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ragen import metric_names as names
 from ragen.monitor.collapse import Alert, detector_settings, replay
 from ragen.monitor.jsonl import RunDirError, read_jsonl
 from ragen.monitor.rundir import RunDir, check_metrics
@@ -56,7 +57,7 @@ PLOTS = (
         "success",
         "Success",
         (
-            Panel("train rollouts", ("rollout/success",)),
+            Panel("train rollouts", (names.SUCCESS,)),
             Panel("evaluation (fixed seeds)", ("eval/*/success",), smooth=False),
         ),
     ),
@@ -64,25 +65,25 @@ PLOTS = (
         "reward",
         "Reward",
         (
-            Panel("reward mean", ("rollout/reward_mean",)),
-            Panel("in-group reward std", ("rollout/reward_std",)),
+            Panel("reward mean", (names.REWARD_MEAN,)),
+            Panel("in-group reward std", (names.REWARD_STD,)),
         ),
     ),
-    Plot("entropy", "Token entropy", (Panel("entropy (nats)", ("actor/entropy",)),)),
+    Plot("entropy", "Token entropy", (Panel("entropy (nats)", (names.ENTROPY,)),)),
     Plot(
         "sft",
         "Supervised fine-tuning (ragen sft)",
         (
-            Panel("loss (NLL per reply token)", ("sft/loss",)),
-            Panel("gradient norm", ("sft/grad_norm",), log_y=True),
+            Panel("loss (NLL per reply token)", (names.SFT_LOSS,)),
+            Panel("gradient norm", (names.SFT_GRAD_NORM,), log_y=True),
         ),
     ),
-    Plot("grad_norm", "Gradient norm", (Panel("gradient norm", ("actor/grad_norm",), log_y=True),)),
+    Plot("grad_norm", "Gradient norm", (Panel("gradient norm", (names.GRAD_NORM,), log_y=True),)),
     Plot(
         "length",
         "Reply and think length",
         (
-            Panel("reply tokens", ("rollout/reply_tokens",)),
+            Panel("reply tokens", (names.REPLY_TOKENS,)),
             Panel("think tokens", ("think/tokens_mean|rollout/think_tokens",)),
         ),
     ),
@@ -90,10 +91,10 @@ PLOTS = (
         "diversity",
         "Diversity and template collapse",
         (
-            Panel("distinct replies in a group", ("diversity/distinct_reply",)),
-            Panel("distinct think bigrams", ("diversity/distinct_2gram_think",)),
-            Panel("prompt-reasoning MI (nats)", ("collapse/mi_estimate",)),
-            Panel("prompt retrieval accuracy", ("collapse/retrieval_acc",)),
+            Panel("distinct replies in a group", (names.DISTINCT_REPLY,)),
+            Panel("distinct think bigrams", (names.DISTINCT_THINK,)),
+            Panel("prompt-reasoning MI (nats)", (names.MI,)),
+            Panel("prompt retrieval accuracy", (names.RETRIEVAL_ACC,)),
         ),
     ),
 )
@@ -316,7 +317,7 @@ def summarize_run(run: RunData) -> list[RunSummary]:
     """One row per evaluated env (base = first eval, peak, final); with no evaluation, one
     row on the train rollouts' success instead."""
     keys = fnmatch.filter(_logged(run.records), "eval/*/success")
-    sources = [(k, k.split("/")[1]) for k in keys] or [("rollout/success", "train rollouts")]
+    sources = [(k, k.split("/")[1]) for k in keys] or [(names.SUCCESS, "train rollouts")]
     collapse = next((a.step for a in run.alerts if a.kind == "collapse"), None)
     warning = next((a.step for a in run.alerts if a.kind == "warning"), None)
     rows = []

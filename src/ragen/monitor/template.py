@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ragen import metric_names as names
 from ragen.algos import logprobs_and_entropy
 from ragen.rollout.trajectory import Trajectory
 
@@ -128,8 +129,8 @@ def collapse_stats(loglik: torch.Tensor, entropy: torch.Tensor | None = None) ->
     # log mean_j p(r_i | x_j) = logsumexp_j L[i, j] - log N: a stable mixture over prompts
     marginal = torch.logsumexp(scores, dim=1) - math.log(n)  # (N,)
     stats = {
-        "collapse/retrieval_acc": float(retrieved.mean()),
-        "collapse/mi_estimate": float((own - marginal).mean()),
+        names.RETRIEVAL_ACC: float(retrieved.mean()),
+        names.MI: float((own - marginal).mean()),
         "collapse/pairs": float(n),
     }
     if entropy is not None:

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from ragen import metric_names as names
 from ragen import models
 from ragen.config import ConfigError
 from ragen.monitor.metrics_logger import MetricsLogger
@@ -73,8 +74,8 @@ def supervised_update(
     optimizer.zero_grad(set_to_none=True)
     policy.eval()
     return {
-        "sft/loss": total / tokens,
-        "sft/grad_norm": norm,
+        names.SFT_LOSS: total / tokens,
+        names.SFT_GRAD_NORM: norm,
         "sft/skipped": float(skipped),
         "sft/reply_tokens": tokens,
     }

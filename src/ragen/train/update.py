@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ragen import metric_names as names
 from ragen.algos import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
 from ragen.train import distributed
 from ragen.train.scoring import critic_values, policy_logprobs
@@ -99,7 +100,7 @@ class _Tally:
 
 # Losses aggregated with the mini-batch's normaliser: a micro-batch holds its share of the
 # mini-batch value, so these add up over micro-batches (the rest are micro-batch means).
-_ADDITIVE = ("actor/pg_loss", "actor/entropy", "actor/kl", "critic/value_loss")
+_ADDITIVE = ("actor/pg_loss", names.ENTROPY, "actor/kl", "critic/value_loss")
 
 
 def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float):
@@ -116,7 +117,7 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
     ent = aggregate(entropy, mask, s.loss_agg, norm)
     actor = pg - s.entropy_coef * ent
     out = {f"actor/{k}": float(v) for k, v in stats.items()}
-    out.update({"actor/pg_loss": float(pg.detach()), "actor/entropy": float(ent.detach())})
+    out.update({"actor/pg_loss": float(pg.detach()), names.ENTROPY: float(ent.detach())})
     if data.ref_logprobs is not None and s.kl_coef > 0:
         kl = aggregate(kl_penalty(logp, data.ref_logprobs, s.kl_type), mask, s.loss_agg, norm)
         actor = actor + s.kl_coef * kl
@@ -242,7 +243,7 @@ def _trainable(policy, critic) -> list[torch.nn.Parameter]:
 
 def _clip(policy, critic, max_norm: float) -> dict[str, float]:
     """Clip each model's gradients to ``max_norm``; returns the norms before clipping."""
-    norms = {"actor/grad_norm": _clip_one(policy, max_norm)}
+    norms = {names.GRAD_NORM: _clip_one(policy, max_norm)}
     if critic is not None:
         norms["critic/grad_norm"] = _clip_one(critic, max_norm)
     return norms

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ragen import metric_names as names
 from ragen.agent.parsing import PROBLEMS
 from ragen.config import ConfigError, read_yaml
 from ragen.monitor.jsonl import JsonlRead, RunDirError, read_jsonl
@@ -32,13 +33,13 @@ _STEP_TEXT = re.compile(r"[0-9]{1,9}")
 # Per-step numbers sent to the step list: the three charts plus a few table columns. The
 # full metrics line has ~50 keys; a live page polls, so it gets only these.
 STEP_KEYS = (
-    "rollout/success",
-    "rollout/reward_mean",
-    "rollout/reward_std",
-    "rollout/format_ok",
-    "rollout/turns_per_episode",
-    "rollout/reply_tokens",
-    "filter/kept_groups",
+    names.SUCCESS,
+    names.REWARD_MEAN,
+    names.REWARD_STD,
+    names.FORMAT_OK,
+    names.TURNS_PER_EPISODE,
+    names.REPLY_TOKENS,
+    names.KEPT_GROUPS,
 )
 EVAL_KEYS = ("step", "env", "model", "episodes", "success", "pass_at_k", "reward_mean", "format_ok")
 GROUP_VIEW_DEFAULT_STEPS = 6
