@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ragen import models
+from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed, fsdp
 from ragen.train.scoring import policy_logprobs
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
@@ -60,18 +61,8 @@ def update(sharded: bool) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         "critic": torch.optim.AdamW(critic.parameters(), lr=1e-2),
     }
     settings = UpdateSettings(
-        clip_low=0.2,
-        clip_high=0.28,
-        dual_clip=None,
-        value_clip=0.5,
-        entropy_coef=0.01,
-        kl_coef=0.0,
-        kl_type="k1",
-        loss_agg="token_mean",
-        grad_clip=1.0,
-        ppo_epochs=2,
-        mini_batch_size=3,
-        micro_batch_size=1,
+        AlgoConfig(clip_low=0.2, clip_high=0.28, value_clip=0.5, entropy_coef=0.01, kl_coef=0.0),
+        TrainerConfig(grad_clip=1.0, ppo_epochs=2, mini_batch_size=3, micro_batch_size=1),
         temperature=1.0,
         autocast_dtype=None,
         sharded=sharded,

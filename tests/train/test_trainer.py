@@ -189,24 +189,13 @@ def _update_data(policy, tokenizer, advantages):
     return UpdateData(ids, mask, loss_mask, adv, adv, old, None, None)
 
 
-def _settings(**changes):
-    base = dict(
-        clip_low=0.2,
-        clip_high=0.28,
-        dual_clip=None,
-        value_clip=0.5,
-        entropy_coef=0.0,
-        kl_coef=0.0,
-        kl_type="k1",
-        loss_agg="token_mean",
-        grad_clip=1.0,
-        ppo_epochs=1,
-        mini_batch_size=2,
-        micro_batch_size=1,
-        temperature=1.0,
-        autocast_dtype=None,
+def _settings(**trainer_changes):
+    algo = config.AlgoConfig(clip_low=0.2, clip_high=0.28, entropy_coef=0.0, kl_coef=0.0)
+    trainer = config.TrainerConfig(
+        **{"grad_clip": 1.0, "ppo_epochs": 1, "mini_batch_size": 2, "micro_batch_size": 1}
+        | trainer_changes
     )
-    return UpdateSettings(**{**base, **changes})
+    return UpdateSettings(algo, trainer, temperature=1.0, autocast_dtype=None)
 
 
 def test_update_raises_logprobs_of_positive_advantages():

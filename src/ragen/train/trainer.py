@@ -371,20 +371,10 @@ class Trainer:
         }
 
     def update(self, data: UpdateData, step: int) -> dict[str, float]:
-        a, t = self.config.algo, self.config.trainer
+        t = self.config.trainer
         settings = UpdateSettings(
-            clip_low=a.clip_low,
-            clip_high=a.clip_high,
-            dual_clip=a.dual_clip,
-            value_clip=a.value_clip,
-            entropy_coef=a.entropy_coef,
-            kl_coef=a.kl_coef,
-            kl_type=a.kl_type,
-            loss_agg=a.loss_agg,
-            grad_clip=t.grad_clip,
-            ppo_epochs=t.ppo_epochs,
-            mini_batch_size=t.mini_batch_size,
-            micro_batch_size=t.micro_batch_size,
+            algo=self.config.algo,
+            trainer=t,
             temperature=self.config.rollout.temperature,
             autocast_dtype=self._autocast_dtype(),
             sharded=fsdp.is_sharded(self.m.policy),

@@ -24,27 +24,21 @@ import torch
 
 from ragen import metric_names as names
 from ragen.algos import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
+from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
 from ragen.train.scoring import critic_values, policy_logprobs
 
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """The update's coefficients as plain values (from config.algo and config.trainer)."""
+    """What the update reads besides the batch: the config's ``algo`` section (clipping, loss
+    coefficients, aggregation) and ``trainer`` section (epochs, batch sizes, gradient clip),
+    as they are, plus what the trainer derives for this step."""
 
-    clip_low: float
-    clip_high: float
-    dual_clip: float | None
-    value_clip: float
-    entropy_coef: float
-    kl_coef: float
-    kl_type: str
-    loss_agg: str
-    grad_clip: float
-    ppo_epochs: int
-    mini_batch_size: int
-    micro_batch_size: int
+    algo: AlgoConfig
+    trainer: TrainerConfig
     temperature: float
+    """The rollout's sampling temperature: log-probs are scored at it."""
     autocast_dtype: torch.dtype | None
     sharded: bool = False
     """The models are sharded with FSDP2 (trainer.parallel=fsdp under torchrun)."""
@@ -111,22 +105,30 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
         policy, data.input_ids, data.attention_mask, mask, temperature=s.temperature
     )
     pg_tok, stats = policy_loss(
-        logp, data.old_logprobs, data.advantages, mask, s.clip_low, s.clip_high, s.dual_clip
+        logp,
+        data.old_logprobs,
+        data.advantages,
+        mask,
+        s.algo.clip_low,
+        s.algo.clip_high,
+        s.algo.dual_clip,
     )
-    pg = aggregate(pg_tok, mask, s.loss_agg, norm)
-    ent = aggregate(entropy, mask, s.loss_agg, norm)
-    actor = pg - s.entropy_coef * ent
+    pg = aggregate(pg_tok, mask, s.algo.loss_agg, norm)
+    ent = aggregate(entropy, mask, s.algo.loss_agg, norm)
+    actor = pg - s.algo.entropy_coef * ent
     out = {f"actor/{k}": float(v) for k, v in stats.items()}
     out.update({"actor/pg_loss": float(pg.detach()), names.ENTROPY: float(ent.detach())})
-    if data.ref_logprobs is not None and s.kl_coef > 0:
-        kl = aggregate(kl_penalty(logp, data.ref_logprobs, s.kl_type), mask, s.loss_agg, norm)
-        actor = actor + s.kl_coef * kl
+    if data.ref_logprobs is not None and s.algo.kl_coef > 0:
+        kl = aggregate(
+            kl_penalty(logp, data.ref_logprobs, s.algo.kl_type), mask, s.algo.loss_agg, norm
+        )
+        actor = actor + s.algo.kl_coef * kl
         out["actor/kl"] = float(kl.detach())
     critic_loss = None
     if critic is not None:
         values = critic_values(critic, data.input_ids, data.attention_mask)
-        v_tok, v_stats = value_loss(values, data.old_values, data.returns, mask, s.value_clip)
-        critic_loss = aggregate(v_tok, mask, s.loss_agg, norm)
+        v_tok, v_stats = value_loss(values, data.old_values, data.returns, mask, s.algo.value_clip)
+        critic_loss = aggregate(v_tok, mask, s.algo.loss_agg, norm)
         out.update({f"critic/{k}": float(v) for k, v in v_stats.items()})
         out["critic/value_loss"] = float(critic_loss.detach())
         out["critic/explained_var"] = float(explained_variance(values.detach(), data.returns, mask))
@@ -141,11 +143,11 @@ def _micro_batches(rows: int, s: UpdateSettings) -> list[tuple[torch.Tensor, boo
     (``ceil(rows / W)``); the others add passes over row 0 that do not count (weight 0).
     """
     mine = distributed.shard(rows)
-    chunks = torch.arange(mine.start, mine.stop).split(s.micro_batch_size)
+    chunks = torch.arange(mine.start, mine.stop).split(s.trainer.micro_batch_size)
     micros = [(m, True) for m in chunks if len(m)]  # a rank may hold no row: split gives ([],)
     if s.sharded:
         most = -(-rows // distributed.world_size())
-        passes = -(-most // s.micro_batch_size)
+        passes = -(-most // s.trainer.micro_batch_size)
         micros += [(torch.tensor([0]), False)] * (passes - len(micros))
     return micros
 
@@ -202,11 +204,11 @@ def ppo_update(
         else nullcontext()
     )
     policy.train()
-    for _ in range(s.ppo_epochs):
+    for _ in range(s.trainer.ppo_epochs):
         order = torch.randperm(len(data.input_ids), generator=generator)
-        for mini in order.split(s.mini_batch_size):
+        for mini in order.split(s.trainer.mini_batch_size):
             mini_data = data.rows(mini)
-            norm = _normaliser(mini_data.loss_mask, s.loss_agg)
+            norm = _normaliser(mini_data.loss_mask, s.algo.loss_agg)
             if norm == 0:
                 continue  # nothing sampled in this mini-batch: no gradient to take
             for opt in optimizers.values():
@@ -215,7 +217,9 @@ def ppo_update(
             finite = distributed.all_true(sums is not None)  # one rank's NaN skips it for all
             if not s.sharded:  # FSDP2 summed them during the backward
                 distributed.sum_gradients(_trainable(policy, critic))
-            norms = _clip(policy, critic, s.grad_clip)  # of the summed, whole-batch gradient
+            norms = _clip(
+                policy, critic, s.trainer.grad_clip
+            )  # of the summed, whole-batch gradient
             finite = finite and all(math.isfinite(n) for n in norms.values())
             if finite:
                 for opt in optimizers.values():
