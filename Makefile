@@ -34,6 +34,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff check --fix src tests benchmarks
@@ -136,4 +137,4 @@ $(VLLM_STAMP): pyproject.toml Makefile
 vllm-cpu-env: $(VLLM_STAMP)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) $(FLOOR_VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -517,7 +517,7 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
         if name not in data:
             continue
         tp, key = hints[name], f"{prefix}{name}"
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             kwargs[name] = _build(tp, data[name], f"{key}.")
         else:
             kwargs[name] = _coerce(tp, data[name], key)
@@ -976,7 +976,8 @@ def to_yaml(c: Config, *, doc: bool = False) -> str:
         if doc:
             lines.append(f"# {field_docs(Config)[section.name]}")
         lines.append(f"{section.name}:")
-        docs = field_docs(type(obj))
+        section_type: type = type(obj)
+        docs = field_docs(section_type)
         for f in dataclasses.fields(obj):
             if doc:
                 lines.append(f"  # {docs[f.name]}")

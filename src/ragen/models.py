@@ -147,8 +147,9 @@ def prepare(spec: str = DEFAULT_SPEC, *, force: bool = False) -> ModelSource:
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=entry.gguf_file)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=entry.gguf_file)
     # The GGUF quantizer marker stays on the model and blocks save_pretrained until removed.
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     marker = {

@@ -88,7 +88,7 @@ class BanditEnv:
                 or not math.isfinite(value)
             ):
                 raise ValueError(f"{option} must be a finite number, got {value!r}")
-        self.actions = names
+        self.actions: tuple[str, ...] = names
         self.high_risk = high_risk
         self.low_payoff = float(low_payoff)
         self.high_prob = check_probability("high_prob", high_prob)

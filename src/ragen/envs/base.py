@@ -207,17 +207,21 @@ def check_int(option: str, value: Any, low: int, high: int | None = None) -> int
     """`value` as an int in [low, high]; otherwise a ValueError naming the option."""
     if type(value) is not int and (isinstance(value, bool) or not isinstance(value, Integral)):
         raise ValueError(f"{option} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
+    # int() of an Integral is exact; the numbers ABCs declare no > for a direct comparison.
+    number = int(value)
+    if number < low or (high is not None and number > high):
         allowed = f">= {low}" if high is None else f"between {low} and {high}"
         raise ValueError(f"{option} must be {allowed}, got {value}")
-    return int(value)
+    return number
 
 
 def check_probability(option: str, value: Any, *, allow_zero: bool = True) -> float:
     """`value` as a float in [0, 1] (or (0, 1]); otherwise a ValueError naming the option."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ValueError(f"{option} must be a number between 0 and 1, got {value!r}")
-    low_ok = value >= 0 if allow_zero else value > 0
+    # numbers.Real declares only < and <=, so the lower bound is their negation; a NaN, which
+    # passes it, fails `value <= 1`.
+    low_ok = not value < 0 if allow_zero else not value <= 0
     if not (low_ok and value <= 1):
         allowed = "between 0 and 1" if allow_zero else "greater than 0 and at most 1"
         raise ValueError(f"{option} must be {allowed}, got {value}")

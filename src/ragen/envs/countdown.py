@@ -286,7 +286,9 @@ class CountdownEnv:
             truncated = self._budget.close(terminated=False)
             extra = {"error": str(error)}
             return StepResult(self._text, 0.0, False, truncated, info(False, False, False, **extra))
-        reward = score(evaluation, self.instance.numbers, self.instance.target)
+        instance = self.instance
+        assert instance is not None  # spend() above raised unless reset() dealt one
+        reward = score(evaluation, instance.numbers, instance.target)
         self._budget.close(terminated=True)
         extra = {"failure": evaluation.failure} if evaluation.failure else {}
         result = info(reward == CORRECT_REWARD, True, True, **extra)

@@ -181,7 +181,9 @@ def lake_plan(
     table = transition_table(tuple(rows), slippery)
     values = goal_probabilities(table, actions_left)
     distance = _goal_distances(rows)
-    best, best_key, best_success = (), None, 0.0
+    best: tuple[int, ...] = ()
+    best_key: tuple[int, float, tuple[int, ...]] | None = None
+    best_success = 0.0
     for plan in itertools.product(range(len(LAKE_ACTIONS)), repeat=moves):
         belief, reached = {state: 1.0}, 0.0
         for action in plan:

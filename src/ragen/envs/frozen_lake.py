@@ -39,6 +39,11 @@ _MOVES = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (d_row, d_col) of each action
 SUCCESS_RATE = 1.0 / 3.0
 SLIP_RATE = (1.0 - SUCCESS_RATE) / 2.0
 
+# One outcome of an action: (probability, next state, reward, terminated).
+_Outcome = tuple[float, int, int, bool]
+# table[state][action]: the outcomes of taking `action` on `state`.
+_TransitionTable = tuple[tuple[tuple[_Outcome, ...], ...], ...]
+
 MAX_SIZE = 64  # side of the map
 MAX_TRIES = 10_000  # map draws before giving up: a 64×64 draw takes well under a millisecond
 
@@ -67,10 +72,12 @@ def shortest_path(rows: tuple[str, ...] | list[str]) -> list[str] | None:
     while queue:
         row, col = queue.popleft()
         if rows[row][col] == "G":
-            path, cell = [], (row, col)
-            while parents[cell] is not None:
-                cell, action = parents[cell]
+            path: list[str] = []
+            parent = parents[(row, col)]
+            while parent is not None:
+                cell, action = parent
                 path.append(action)
+                parent = parents[cell]
             return path[::-1]
         for action, (d_row, d_col) in zip(ACTIONS, _MOVES, strict=True):
             r, c = row + d_row, col + d_col
@@ -111,7 +118,7 @@ def generate_map(
 
 
 @lru_cache(maxsize=512)
-def transition_table(rows: tuple[str, ...], slippery: bool = True) -> tuple:
+def transition_table(rows: tuple[str, ...], slippery: bool = True) -> _TransitionTable:
     """`table[state][action]`: the outcomes `(prob, next_state, reward, terminated)`.
 
     Cached because a training batch resets a group of copies on the same seed, hence the
@@ -132,7 +139,7 @@ def transition_table(rows: tuple[str, ...], slippery: bool = True) -> tuple:
                 per_direction.append((cell, int(tiles[cell] == "G"), tiles[cell] in "GH"))
             landing.append(per_direction)
 
-    table = []
+    table: list[tuple[tuple[_Outcome, ...], ...]] = []
     for state, tile in enumerate(tiles):
         if tile in "GH":
             # An end tile is absorbing, as in gymnasium.
@@ -170,7 +177,7 @@ class FrozenLakeEnv:
     Options: size (side of the map), p (frozen-tile probability), slippery, max_actions.
     """
 
-    actions = ACTIONS
+    actions: tuple[str, ...] = ACTIONS
 
     def __init__(
         self,
@@ -189,7 +196,7 @@ class FrozenLakeEnv:
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
         self.rows: tuple[str, ...] = ()
-        self._table: tuple = ()
+        self._table: _TransitionTable = ()
         self._state = 0
         self._views: list[str | None] = []
         self._rng = np.random.default_rng(0)
@@ -222,6 +229,7 @@ class FrozenLakeEnv:
             other = FrozenLakeEnv(self.size, self.p, self.slippery, max_tries=self.max_tries)
             observation = other.reset(seed)
             path = shortest_path(other.rows)
+            assert path is not None  # generate_map deals only lakes with a path to the goal
             thought = _demo_thought(other.rows, path[0])
             worked.append(Demonstration(other.instructions(), observation, thought, tuple(path)))
         return tuple(worked)

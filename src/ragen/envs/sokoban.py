@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
+from typing import TypedDict
 
 import numpy as np
 
@@ -419,6 +420,17 @@ def solve(room: Room, max_states: int = 2_000_000) -> list[str] | None:
 # --------------------------------------------------------------------------- environment
 
 
+class _GeneratorOptions(TypedDict):
+    """The options of `generate_room` that a SokobanEnv passes on."""
+
+    height: int
+    width: int
+    num_boxes: int
+    carve_steps: int | None
+    pull_steps: int | None
+    max_tries: int
+
+
 class SokobanEnv:
     """Push all boxes onto targets; actions Up, Down, Left, Right (a move into a box pushes it).
 
@@ -427,7 +439,7 @@ class SokobanEnv:
     episode from a given room instead of a generated one.
     """
 
-    actions = ACTIONS
+    actions: tuple[str, ...] = ACTIONS
 
     def __init__(
         self,
@@ -443,7 +455,7 @@ class SokobanEnv:
         check_room_options(height, width, num_boxes)
         check_generator_options(carve_steps, pull_steps, max_tries)
         self.symbols = check_symbols(symbols)
-        self._generator_options = {
+        self._generator_options: _GeneratorOptions = {
             "height": height,
             "width": width,
             "num_boxes": num_boxes,
@@ -494,6 +506,7 @@ class SokobanEnv:
                     f"no worked turn for this room size and box count ({err}): use fewer "
                     "boxes or a smaller room, or no demonstrations"
                 ) from None
+            assert solution is not None  # generate_room deals only solvable rooms
             thought = _demo_thought(other.room, solution, self.symbols)
             worked.append(
                 Demonstration(other.instructions(), observation, thought, tuple(solution))
@@ -519,18 +532,22 @@ class SokobanEnv:
         reward, moved = STEP_PENALTY, self._move(self._offsets[move])
         if moved is not None:
             reward += moved
-        solved = self._boxes <= self._room.targets
+        room = self._room
+        assert room is not None  # spend() above raised unless load() set the room
+        solved = self._boxes <= room.targets
         if solved:
             reward += SOLVED_BONUS
         truncated = self._budget.close(terminated=solved)
-        self._text = _draw(self._room, self._boxes, self._player, self.symbols)
+        self._text = _draw(room, self._boxes, self._player, self.symbols)
         return StepResult(
             self._text, reward, solved, truncated, info(solved, True, moved is not None)
         )
 
     def _move(self, step: int) -> float | None:
         """Move the player (pushing a box if one is ahead); the target reward, None if blocked."""
-        floor, targets, boxes = self._room.floor, self._room.targets, self._boxes
+        room = self._room
+        assert room is not None  # only step() moves, after load() set the room
+        floor, targets, boxes = room.floor, room.targets, self._boxes
         ahead = self._player + step
         if not floor[ahead]:
             return None

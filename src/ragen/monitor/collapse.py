@@ -193,16 +193,18 @@ class CollapseDetector:
         track = self.tracks.get(name)
         if track is None or name not in values or track.count < _MIN_OBSERVATIONS:
             return []
-        rise = max(0.0, track.peak - track.base)
+        peak, base = track.peak, track.base
+        assert peak is not None and base is not None  # update() marked it: warm and in values
+        rise = max(0.0, peak - base)
         need = max(self.config.reward_drop * rise, self.config.noise_margin * track.noise)
-        fall = track.peak - track.ema
+        fall = peak - track.ema
         if not _crossed(track, fall, need):
             return []
         message = (
             f"{name.split('/')[-1]} {track.ema:.4g} fell {fall:.4g} from its peak "
-            f"{track.peak:.4g} (start {track.base:.4g}; threshold {need:.4g})"
+            f"{peak:.4g} (start {base:.4g}; threshold {need:.4g})"
         )
-        return [Alert(step, "collapse", name, track.ema, track.peak, message)]
+        return [Alert(step, "collapse", name, track.ema, peak, message)]
 
     def _falls(self, step: int, values: dict) -> list[Alert]:
         alerts = []
@@ -210,20 +212,21 @@ class CollapseDetector:
             track = self.tracks.get(f.metric)
             if track is None or f.metric not in values or track.count < _MIN_OBSERVATIONS:
                 continue
-            if track.peak <= 0:  # no fall from a level of zero (e.g. an MI never above 0)
+            peak = track.peak
+            assert peak is not None  # update() marked it: warm and in values
+            if peak <= 0:  # no fall from a level of zero (e.g. an MI never above 0)
                 continue
             if f.while_reward_holds and not self._holds():
                 continue  # not judged now, so it stays armed for when the reward holds again
-            fall = track.peak - track.ema
-            need = max(f.share * track.peak, self.config.noise_margin * track.noise)
+            fall = peak - track.ema
+            need = max(f.share * peak, self.config.noise_margin * track.noise)
             if not _crossed(track, fall, need):
                 continue
             reason = " while the reward holds" if f.while_reward_holds else ""
             message = (
-                f"{track.ema:.4g} is {fall / track.peak:.0%} below its running peak "
-                f"{track.peak:.4g}{reason}"
+                f"{track.ema:.4g} is {fall / peak:.0%} below its running peak {peak:.4g}{reason}"
             )
-            alerts.append(Alert(step, "warning", f.metric, track.ema, track.peak, message))
+            alerts.append(Alert(step, "warning", f.metric, track.ema, peak, message))
         return alerts
 
     def _holds(self) -> bool:
@@ -283,6 +286,7 @@ class CollapseDetector:
 def _crossed(track: _Track, fall: float, need: float) -> bool:
     """Whether a signal alerts now: it falls past ``need`` while not already alerting.
     It re-arms once it is back within half of ``need`` of its peak."""
+    assert track.peak is not None  # only marked tracks are judged
     # A constant metric has no noise and no rise: keep rounding error from being a "fall".
     need = max(need, _TOLERANCE * max(1.0, abs(track.peak)))
     if track.active:

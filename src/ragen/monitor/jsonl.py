@@ -138,7 +138,8 @@ def _int_in_float_range(text: str) -> int:
 def read_jsonl(path: str | Path) -> JsonlRead:
     """Read every well-formed object line; torn or junk lines (see `parse_line`) are skipped
     and counted. A missing file reads as empty; RunDirError if the path cannot be read."""
-    records, skipped = [], []
+    records: list[dict] = []
+    skipped: list[int] = []
     path = Path(path)
     if not path.exists():
         return JsonlRead(records, skipped)

@@ -351,6 +351,18 @@ class _Job:
     logits: torch.Tensor | None = None  # after prefill: (V,) at the last context token
     rows: int = 0  # requests still to decode from this job
 
+    def prefilled(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(kv, logits), which ``_prefill_forward`` sets before any row decodes from the job."""
+        assert self.kv is not None and self.logits is not None
+        return self.kv, self.logits
+
+    def reused(self) -> torch.Tensor | None:
+        """The ``reuse`` leading keys/values taken from ``source``; None when nothing is."""
+        if not self.reuse:
+            return None
+        assert self.source is not None  # a job is given a reuse and its source together
+        return self.source[:, :, :, : self.reuse]
+
 
 @dataclass
 class _Batch:
@@ -474,7 +486,7 @@ class CachedGenerator:
         reuse = [j.reuse for j in jobs]
         new = [j.context[j.reuse :] for j in jobs]
         width = max(reuse)
-        sources = [j.source[:, :, :, : j.reuse] if j.reuse else None for j in jobs]
+        sources = [j.reused() for j in jobs]
         ids, chunk_mask = _left_pad(new, self.pad)  # (B, N) each
         capacity = width + ids.shape[1]
         if width:
@@ -504,12 +516,13 @@ class CachedGenerator:
 
     def _start_batch(self, rows: list[int], jobs: list[_Job], max_new_tokens: int) -> _Batch:
         """Stack the prefilled caches of ``rows`` (copies of a group share one) into a batch."""
-        sources = [jobs[i].kv for i in rows]
+        prefilled = [jobs[i].prefilled() for i in rows]
+        sources = [kv for kv, _ in prefilled]
         lengths = torch.tensor([s.shape[3] for s in sources])  # (B,)
         width = int(lengths.max())
         # Room for every reply token but the last, which is sampled and never fed back.
         cache = _padded_cache(sources, width, width + max_new_tokens - 1)
-        logits = torch.stack([jobs[i].logits for i in rows])  # (B, V)
+        logits = torch.stack([row_logits for _, row_logits in prefilled])  # (B, V)
         for i in rows:
             jobs[i].rows -= 1
             if jobs[i].rows == 0:  # the last copy has it now: free the job's cache
@@ -537,7 +550,9 @@ class CachedGenerator:
                 break
             if finished:
                 tokens = _drop_rows(batch, finished, tokens)
-            batch.mask = torch.cat([batch.mask, torch.ones(len(batch.index), 1, dtype=bool)], 1)
+            batch.mask = torch.cat(
+                [batch.mask, torch.ones(len(batch.index), 1, dtype=torch.bool)], 1
+            )
             out = self.model(
                 input_ids=tokens[:, None].to(device),
                 attention_mask=batch.mask.long().to(device),
@@ -668,8 +683,12 @@ class _BufferLayer(DynamicLayer):
 class _BufferCache(DynamicCache):
     """A DynamicCache made of :class:`_BufferLayer` s."""
 
+    # transformers types `layers` as a list of every layer kind; __init__ puts only
+    # _BufferLayer s in it, whose buffers move_rows and _row_kv use.
+    layers: list[_BufferLayer]  # type: ignore[assignment]
+
     def __init__(self, layers: list[_BufferLayer]):
-        Cache.__init__(self, layers=layers)
+        Cache.__init__(self, layers=list(layers))
 
     def move_rows(self, holes: list[int], movers: list[int], rows: int) -> None:
         for layer in self.layers:

@@ -34,7 +34,8 @@ import copy
 import shutil
 import tempfile
 import weakref
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 from ragen.rollout.generator import (
     GenerationStats,
@@ -79,6 +80,11 @@ def import_vllm():
 
 class WeightSync:
     """Methods vLLM adds to its worker (``worker_extension_cls``); they run in its process."""
+
+    # The worker's own members used here. Annotations only: vLLM refuses an extension whose
+    # attributes clash with the worker's.
+    model_runner: Any
+    reload_weights: Callable[..., None]
 
     def ragen_reload_weights(self, folder: str) -> None:
         """Load the checkpoint in ``folder`` into the running model, in place."""

@@ -148,7 +148,7 @@ def broadcast(value: Any) -> Any:
     return box[0]
 
 
-def on_main(action: Callable[[], None]) -> None:
+def on_main(action: Callable[[], object]) -> None:
     """Run ``action`` on rank 0 only; an exception it raises is raised on every rank, so a
     refusal (a run directory that exists) ends every process with the same message instead
     of leaving the others waiting for a peer that has gone."""

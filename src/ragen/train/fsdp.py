@@ -30,6 +30,7 @@ import functools
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, cast
 
 import torch
 from torch.distributed.checkpoint.state_dict import (
@@ -74,8 +75,8 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
     mini-batch loss (update.py), so the sum is the one-process gradient.
     """
     layers = _layer_classes(model)
-    for module in [m for m in model.modules() if type(m).__name__ in layers]:
-        fully_shard(module)
+    for layer in [m for m in model.modules() if type(m).__name__ in layers]:
+        fully_shard(layer)
     fully_shard(model)
     for module in _fsdp_modules(model):
         module.set_gradient_divide_factor(1.0)
@@ -121,7 +122,8 @@ def full_weights(*models: torch.nn.Module | None) -> Iterator[None]:
     skipped) holds its whole weights on every rank, so a forward gathers nothing and ranks may
     run different numbers of forwards. Every rank enters and leaves it together (gathering is
     a collective). For passes without gradients: the weights are shared, not trained."""
-    roots = [m for m in models if is_sharded(m)]
+    # `is not None` first: mypy narrows a `Module | None` to FSDPModule only without None
+    roots = [m for m in models if m is not None and isinstance(m, FSDPModule)]
     for root in roots:
         _reshard_layers_after_forward(root, False)
         for module in _fsdp_modules(root):
@@ -152,7 +154,9 @@ def gather_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     Tied names are pointed at one tensor, as in an unsharded model's state dict, so
     ``save_pretrained`` drops the tied copy as it does for an unsharded model.
     """
-    state = get_model_state_dict(model, options=_GATHER)
+    # torch types state-dict values broadly (an optimiser's holds numbers and lists too); a
+    # model's holds the tensors of its parameters and buffers.
+    state = cast(dict[str, torch.Tensor], get_model_state_dict(model, options=_GATHER))
     for first, *others in _tied_names(model):
         for name in others:
             if first in state:
@@ -163,7 +167,8 @@ def gather_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def scatter_model_state(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
     """Collective: load whole ``tensors`` given on rank 0 (the other ranks pass {}) into
     sharded ``model``; each rank keeps its shard."""
-    set_model_state_dict(model, tensors, options=_SCATTER)
+    # A dict of tensors is one of the state dicts it takes; its dict parameter is invariant.
+    set_model_state_dict(model, cast(dict[str, Any], tensors), options=_SCATTER)
 
 
 def _optimizer_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:

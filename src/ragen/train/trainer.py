@@ -17,6 +17,7 @@ import copy
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,7 +68,7 @@ class Models:
     """What the loop trains and samples with."""
 
     policy: torch.nn.Module
-    tokenizer: object
+    tokenizer: Any  # a transformers tokenizer (PreTrainedTokenizerBase), used duck-typed
     critic: torch.nn.Module | None
     ref: object  # callable (ids, mask, loss_mask) -> (B, T) log-probs; None when KL is off
     optimizers: dict[str, torch.optim.Optimizer]
@@ -100,7 +101,7 @@ def build_models(config: Config, device: torch.device) -> Models:
         for model in (policy, critic, ref_model):
             if model is not None:
                 fsdp.shard(model)
-    optimizers = {"actor": adamw(policy, t.actor_lr, config)}
+    optimizers: dict[str, torch.optim.Optimizer] = {"actor": adamw(policy, t.actor_lr, config)}
     if critic is not None:
         optimizers["critic"] = adamw(critic, t.critic_lr, config)
     return Models(policy.eval(), tokenizer, critic, ref, optimizers, ref_model)
@@ -320,6 +321,8 @@ class Trainer:
         mask = batch.attention_mask.to(self.device)
         loss_mask = batch.loss_mask.to(self.device)
         scored = self.score(ids, mask, loss_mask)
+        old_logprobs = scored["old_logprobs"]
+        assert old_logprobs is not None  # score_batch always scores the policy
         advantages, returns = estimate(
             c.algo.estimator,
             rewards=batch.rewards.to(self.device),
@@ -343,7 +346,7 @@ class Trainer:
             loss_mask=loss_mask,
             advantages=advantages.float(),
             returns=returns.float(),
-            old_logprobs=scored["old_logprobs"],
+            old_logprobs=old_logprobs,
             ref_logprobs=scored["ref_logprobs"],
             old_values=scored["values"],
         )
@@ -559,7 +562,8 @@ class Trainer:
         which damaged ones it passed over; drop what the run logged after it (everything,
         when it has no checkpoint yet) so that each step is logged once."""
         folders = distributed.broadcast(checkpoint.checkpoint_folders(self.run))
-        step, skipped = 0, []
+        step = 0
+        skipped: list[str] = []
         for path in reversed(folders):
             problem = distributed.broadcast(checkpoint.damage(path))
             if problem is None:
@@ -586,6 +590,7 @@ class Trainer:
     def _restore(self, path) -> str | None:
         """Load the checkpoint at ``path`` into the models and the trainer; what went wrong
         if it does not load (the same answer on every rank)."""
+        problem: str | None
         try:
             state = checkpoint.load_checkpoint(
                 path, policy=self.m.policy, critic=self.m.critic, optimizers=self.m.optimizers

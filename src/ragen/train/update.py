@@ -61,10 +61,22 @@ class UpdateData:
         """A sub-batch, trimmed to its longest row (right padding only)."""
         width = int(self.attention_mask[index].sum(dim=1).max())
 
-        def take(x: torch.Tensor | None) -> torch.Tensor | None:
-            return None if x is None else x[index, :width]
+        def take(x: torch.Tensor) -> torch.Tensor:
+            return x[index, :width]
 
-        return UpdateData(*(take(getattr(self, f)) for f in self.__dataclass_fields__))
+        def take_optional(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else take(x)
+
+        return UpdateData(
+            input_ids=take(self.input_ids),
+            attention_mask=take(self.attention_mask),
+            loss_mask=take(self.loss_mask),
+            advantages=take(self.advantages),
+            returns=take(self.returns),
+            old_logprobs=take(self.old_logprobs),
+            ref_logprobs=take_optional(self.ref_logprobs),
+            old_values=take_optional(self.old_values),
+        )
 
 
 def _normaliser(mask: torch.Tensor, mode: str) -> float:
@@ -127,6 +139,7 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
     critic_loss = None
     if critic is not None:
         values = critic_values(critic, data.input_ids, data.attention_mask)
+        assert data.old_values is not None  # the trainer scores old values when it has a critic
         v_tok, v_stats = value_loss(values, data.old_values, data.returns, mask, s.algo.value_clip)
         critic_loss = aggregate(v_tok, mask, s.algo.loss_agg, norm)
         out.update({f"critic/{k}": float(v) for k, v in v_stats.items()})
@@ -222,6 +235,7 @@ def ppo_update(
             )  # of the summed, whole-batch gradient
             finite = finite and all(math.isfinite(n) for n in norms.values())
             if finite:
+                assert sums is not None  # all_true above is False on a rank without sums
                 for opt in optimizers.values():
                     opt.step()
                 steps += 1

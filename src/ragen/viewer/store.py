@@ -15,7 +15,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ragen import metric_names as names
 from ragen.agent.parsing import PROBLEMS
@@ -25,7 +25,7 @@ from ragen.monitor.rundir import RunDir
 from ragen.viewer.index import FileIndex, IndexCache, as_float, as_int, as_str, turns_of
 
 StepKey = int | Literal["eval"]
-EVAL = "eval"
+EVAL: Final = "eval"
 MAX_STEP = 999_999_999
 _STEP_FILE = re.compile(r"step_([0-9]{6,9})\.jsonl")
 _STEP_TEXT = re.compile(r"[0-9]{1,9}")
@@ -230,8 +230,8 @@ class RunStore:
         )
         config, config_notice = self._config()
         steps, outside = self._step_files()
-        notices = [metrics_notice, alerts_notice, evals_notice, config_notice]
-        notices = [n for n in notices if n] + [outside_notice(name) for name in outside]
+        found = [metrics_notice, alerts_notice, evals_notice, config_notice]
+        notices = [n for n in found if n] + [outside_notice(name) for name in outside]
         with_episodes = set(steps)
         rows = {}
         for record in metrics.records:
@@ -413,7 +413,7 @@ def _alert(record: dict) -> dict:
 
 
 def _eval(record: dict) -> dict:
-    out = {}
+    out: dict[str, int | float | str | None] = {}
     for key in EVAL_KEYS:
         value = record.get(key)
         if key == "step":
