@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 
 from ragen import __version__
-from ragen.config import DEFAULT_SPEC, DTYPES, TrainerConfig
+from ragen.config import BACKENDS, DEFAULT_SPEC, DTYPES, TrainerConfig
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -161,7 +161,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _run_loop(loop, cfg, run, *, resume: bool) -> int:
     """Check that ``cfg`` can run, then run the training ``loop`` (Trainer or SftTrainer) in
     ``run``: a new run directory or, with ``resume``, the run continued from its checkpoint."""
-    import copy
     from contextlib import ExitStack
 
     from ragen import config
@@ -181,10 +180,9 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
             distributed.on_main(lambda: create_run_dir(run.root, cfg))
         if main:
             print(f"run directory: {run.root}")
-        asked = copy.deepcopy(cfg)  # the trainer changes its own (a rollback's filter ratio)
         trainer = loop(cfg, run, resume=resume)
         if resume:  # recorded once the checkpoint has loaded: a failed resume changes nothing
-            distributed.on_main(lambda: rewrite_config(run, asked))
+            distributed.on_main(lambda: rewrite_config(run, cfg))
         try:
             trainer.train()
         except KeyboardInterrupt:
@@ -378,8 +376,6 @@ def _add_config_commands(commands) -> None:
 
 def _add_eval_command(commands) -> None:
     defaults = TrainerConfig()  # --n and --temperature default to a run's evaluation
-    from ragen.config import BACKENDS
-
     p = _command(commands, "eval", "evaluate a model on fixed seeds of an environment")
     p.add_argument("--env", required=True, help="environment name (see `ragen envs`)")
     p.add_argument("--model", help=f"model spec ({SPEC_HELP}); default: the preset's")

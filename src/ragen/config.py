@@ -753,10 +753,12 @@ def _check_envs(c: Config) -> None:
     except (TypeError, ValueError, envs.GenerationError) as err:
         message = _reason(err)
         raise ConfigError(f"config: env.options={_shown(c.env.options)}: {message}") from None
+    if not c.rollout.demos:
+        return
     # Counted, not built: building plays (for Sokoban: solves) levels, which preflight does.
     offers = [(c.env.name, envs.demo_count(env))]
     offers += [(n, envs.demo_count(envs.make(n))) for n in c.env.eval_names]
-    for name, offered in offers if c.rollout.demos else []:
+    for name, offered in offers:
         if c.rollout.demos > offered:
             raise ConfigError(
                 f"config: rollout.demos={c.rollout.demos} but {name} offers {offered} "

@@ -3,10 +3,10 @@ metrics.jsonl and what the collapse detector, `ragen report` and the viewer read
 
 Producers (the rollout metrics, the update, the filter, the template probe, the SFT step)
 write these names through the constants below, and readers look them up through the same
-constants, so a rename moves both sides. `WATCHED` are the collapse detector's inputs: it
-refuses a name missing from `PRODUCED`, and a test plays real steps and checks that every name
-here is written (the viewer's page, which cannot import this module, is checked by a test
-that reads it).
+constants, so a rename moves both sides. The collapse detector refuses to watch a name
+missing from `PRODUCED`, and a test plays real steps and checks that every name here is
+written (the viewer's page, which cannot import this module, is checked by a test that reads
+it).
 """
 
 from __future__ import annotations
@@ -47,15 +47,3 @@ PRODUCED: frozenset[str] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
 )
 """Every name above: each is written by some run."""
-
-WATCHED: tuple[str, ...] = (
-    REWARD_MEAN,
-    SUCCESS,
-    REWARD_STD,
-    ENTROPY,
-    GRAD_NORM,
-    DISTINCT_REPLY,
-    DISTINCT_THINK,
-    MI,
-)
-"""The collapse detector's inputs."""

@@ -9,18 +9,9 @@ import numpy as np
 import pytest
 
 from ragen import config
-from ragen.monitor.collapse import (
-    ENTROPY,
-    GRAD_NORM,
-    MI,
-    REWARD,
-    REWARD_STD,
-    SUCCESS,
-    Alert,
-    CollapseDetector,
-    MonitorConfig,
-    replay,
-)
+from ragen.metric_names import ENTROPY, GRAD_NORM, MI, REWARD_STD, SUCCESS
+from ragen.metric_names import REWARD_MEAN as REWARD
+from ragen.monitor.collapse import Alert, CollapseDetector, MonitorConfig, replay
 
 from . import streams
 

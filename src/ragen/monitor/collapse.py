@@ -41,15 +41,6 @@ from ragen import metric_names as names
 from ragen.config import MonitorConfig
 from ragen.monitor.rundir import RunDir
 
-REWARD = names.REWARD_MEAN
-SUCCESS = names.SUCCESS
-REWARD_STD = names.REWARD_STD
-ENTROPY = names.ENTROPY
-GRAD_NORM = names.GRAD_NORM
-DISTINCT_REPLY = names.DISTINCT_REPLY
-DISTINCT_THINK = names.DISTINCT_THINK
-MI = names.MI
-
 # A signal needs a few observations before its noise estimate means anything.
 _MIN_OBSERVATIONS = 3
 _MIN_GRAD_HISTORY = 5
@@ -151,13 +142,16 @@ class CollapseDetector:
         self.config = config or MonitorConfig()
         c = self.config
         self.falls = (
-            _Fall(REWARD_STD, c.std_drop, True),
-            _Fall(ENTROPY, c.entropy_drop, True),
-            _Fall(DISTINCT_REPLY, c.diversity_drop, False),
-            _Fall(DISTINCT_THINK, c.diversity_drop, False),
-            _Fall(MI, c.mi_drop, False),
+            _Fall(names.REWARD_STD, c.std_drop, True),
+            _Fall(names.ENTROPY, c.entropy_drop, True),
+            _Fall(names.DISTINCT_REPLY, c.diversity_drop, False),
+            _Fall(names.DISTINCT_THINK, c.diversity_drop, False),
+            _Fall(names.MI, c.mi_drop, False),
         )
-        unknown = {REWARD, SUCCESS, GRAD_NORM, *(f.metric for f in self.falls)} - names.PRODUCED
+        self.watched = frozenset(
+            {names.REWARD_MEAN, names.SUCCESS, names.GRAD_NORM, *(f.metric for f in self.falls)}
+        )
+        unknown = self.watched - names.PRODUCED
         if unknown:  # a renamed metric would silently switch its alarm off
             raise ValueError(f"the detector watches {sorted(unknown)}, which no run writes")
         self.steps_seen = 0
@@ -172,7 +166,11 @@ class CollapseDetector:
         self.steps_seen += 1
         values = {k: float(v) for k, v in metrics.items() if _is_number(v)}
         warm = self.steps_seen > self.config.warmup_steps
-        for name in {REWARD, SUCCESS, *(f.metric for f in self.falls)} & values.keys():
+        for name in {
+            names.REWARD_MEAN,
+            names.SUCCESS,
+            *(f.metric for f in self.falls),
+        } & values.keys():
             track = self.tracks.setdefault(name, _Track())
             track.observe(step, values[name], self.config.ema_alpha)
             if warm:
@@ -181,12 +179,12 @@ class CollapseDetector:
         if warm:
             alerts += self._reward_collapse(step, values)
             alerts += self._falls(step, values)
-        alerts += self._grad_spike(step, values.get(GRAD_NORM), warm)
+        alerts += self._grad_spike(step, values.get(names.GRAD_NORM), warm)
         return alerts
 
     def _outcome(self) -> str:
         """The metric whose fall is a collapse: success when the run logs it, else reward."""
-        return SUCCESS if SUCCESS in self.tracks else REWARD
+        return names.SUCCESS if names.SUCCESS in self.tracks else names.REWARD_MEAN
 
     def _reward_collapse(self, step: int, values: dict) -> list[Alert]:
         name = self._outcome()
@@ -232,7 +230,7 @@ class CollapseDetector:
     def _holds(self) -> bool:
         """The outcome has not collapsed and the task is not solved (std and entropy then
         fall for a good reason)."""
-        outcome, success = self.tracks.get(self._outcome()), self.tracks.get(SUCCESS)
+        outcome, success = self.tracks.get(self._outcome()), self.tracks.get(names.SUCCESS)
         collapsed = outcome is not None and outcome.active
         solved = success is not None and success.ema >= self.config.solved_success
         return not collapsed and not solved
@@ -256,7 +254,7 @@ class CollapseDetector:
         message = (
             f"gradient norm {value:.4g} is {value / median:.1f}x its running median {median:.4g}"
         )
-        return [Alert(step, "collapse", GRAD_NORM, value, median, message)]
+        return [Alert(step, "collapse", names.GRAD_NORM, value, median, message)]
 
     def actionable(self, alerts: Sequence[Alert]) -> list[Alert]:
         """The alerts that call for ``config.action``: collapses, plus warnings when
