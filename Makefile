@@ -21,15 +21,15 @@ $(STAMP): pyproject.toml Makefile
 	touch $@
 
 # The embedded model on Bandit before and after about 10 minutes of StarPO training on
-# this CPU: the same 128 evaluation seeds at T=0.5, then PNG curves of the run.
+# this CPU: the same 128 evaluation seeds at T=0.5 before the first update and after the
+# last, then the report: PNG curves and, as its last lines, what happened in words.
 DEMO := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 demo: install
 	$(BIN)/ragen model prepare smollm2-135m
-	$(BIN)/ragen eval --env bandit --n 128 --out $(DEMO)/base
 	$(BIN)/ragen train bandit trainer.steps=20 trainer.max_minutes=10 trainer.eval_every=1000 \
-		trainer.eval_episodes=128 'env.eval_names=[bandit]' --out $(DEMO)/train
-	$(BIN)/ragen report $(DEMO)/train --out $(DEMO)/report
-	@echo "base: $(DEMO)/base/eval.jsonl  trained: $(DEMO)/train/eval.jsonl  plots: $(DEMO)/report"
+		trainer.eval_before=true trainer.eval_episodes=128 'env.eval_names=[bandit]' \
+		--out $(DEMO)
+	$(BIN)/ragen report $(DEMO) --out $(DEMO)/report
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

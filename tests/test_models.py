@@ -77,12 +77,38 @@ def test_crashed_conversion_is_not_trusted(tmp_path, monkeypatch):
     assert not models.is_prepared(source)
 
 
-def test_embedded_model_facts(embedded):
+def test_embedded_model_holds_the_weights_of_its_gguf_file(embedded):
+    """The converted model is the file's model: its shape as the file's metadata gives it,
+    as many parameters as the file stores numbers (nothing dropped, nothing stored twice: the
+    file has no output.weight, so the LM head must be the embedding table), and tensors read
+    straight from the file and dequantised by gguf equal the model's: the Q8_0 embedding, a
+    Q4_1 matrix and a float32 norm."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
     model, tokenizer = embedded
+    entry = models.EMBEDDED["smollm2-135m"]
+    reader = GGUFReader(models._package_folder(entry) / entry.gguf_file)
+    meta = {k: reader.fields[f"llama.{k}"].contents() for k in ("block_count", "embedding_length")}
+    tensors = {t.name: t for t in reader.tensors}
     facts = models.describe(model, tokenizer)
     assert facts["architecture"] == "LlamaForCausalLM"
-    assert facts["parameters"] == 134_515_008
-    assert (facts["layers"], facts["hidden_size"], facts["vocab_size"]) == (30, 576, 49152)
+    assert (facts["layers"], facts["hidden_size"]) == (
+        meta["block_count"],
+        meta["embedding_length"],
+    )
+    assert facts["vocab_size"] == len(tokenizer) == tensors["token_embd.weight"].shape[1]
+    assert facts["parameters"] == sum(int(t.n_elements) for t in reader.tensors)
+    assert "output.weight" not in tensors
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+    def from_file(name: str) -> torch.Tensor:
+        return torch.tensor(dequantize(tensors[name].data, tensors[name].tensor_type))
+
+    layer = model.model.layers[0]
+    assert torch.equal(model.get_input_embeddings().weight, from_file("token_embd.weight"))
+    assert torch.equal(layer.mlp.down_proj.weight, from_file("blk.0.ffn_down.weight"))
+    assert torch.equal(layer.input_layernorm.weight, from_file("blk.0.attn_norm.weight"))
     assert facts["chat_template"] is True
     assert tokenizer.padding_side == "left"
     assert tokenizer.pad_token_id is not None

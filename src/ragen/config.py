@@ -150,20 +150,26 @@ class RolloutConfig:
 
 # Advantage estimators and loss aggregations, named once: the config fields, its checks and
 # ragen.algos (which maps each name to its function) read them from here.
-EstimatorName = Literal["gae", "grpo", "bi_level_gae", "rloo", "reinforce_pp"]
-ESTIMATOR_NAMES: tuple[str, ...] = get_args(EstimatorName)
+ESTIMATOR_NAMES: tuple[str, ...] = ("gae", "grpo", "bi_level_gae", "rloo", "reinforce_pp")
+"""ragen's estimators; algo.estimator may also name the user's own, package.module:function."""
 NEEDS_CRITIC: frozenset[str] = frozenset({"gae", "bi_level_gae"})
-"""Estimators that read the critic's values (a run trains a critic only for these)."""
+"""ragen's estimators that read the critic's values (for the user's: algo.critic)."""
 NEEDS_GROUPS: frozenset[str] = frozenset({"grpo", "rloo"})
-"""Estimators whose baseline is the other rollouts of the group (group_size >= 2)."""
+"""ragen's estimators whose baseline is the other rollouts of the group (group_size >= 2)."""
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
 AGG_MODES: tuple[str, ...] = get_args(LossAgg)
 
 
 @dataclass
 class AlgoConfig:
-    estimator: EstimatorName = "gae"
-    """Advantage estimator; gae and bi_level_gae train a critic, the others need groups."""
+    estimator: str = "gae"
+    """Advantage estimator: gae or bi_level_gae (with a critic), grpo or rloo (against the
+    other rollouts of the group), reinforce_pp; or package.module:function, your own, imported
+    when a run starts (docs/guides/adding-an-estimator.md)."""
+    critic: bool | None = None
+    """Train a critic and pass its values to the estimator. null: as the estimator needs (gae
+    and bi_level_gae do; grpo, rloo, reinforce_pp and a module:function estimator do not);
+    true gives a module:function estimator values."""
     gamma: float = opt(1.0, ge=0.0, le=1.0)
     """Discount factor over tokens."""
     lam: float = opt(1.0, ge=0.0, le=1.0)
@@ -206,7 +212,7 @@ class AlgoConfig:
     """Whiten the advantages over the batch's reply tokens before the loss (mean 0, unbiased
     variance 1, as RAGEN's verl code does for GAE); the critic's targets stay raw. null: on
     for gae and bi_level_gae, off for the others (grpo and rloo compare within a group,
-    reinforce_pp whitens its own)."""
+    reinforce_pp whitens its own, a module:function estimator's are used as returned)."""
 
     def whitens(self) -> bool:
         """Whether the trainer whitens the advantages: whiten_advantages, or by estimator."""
@@ -216,6 +222,13 @@ class AlgoConfig:
         if self.whiten_advantages is None:
             return self.estimator in ("gae", "bi_level_gae")
         return self.whiten_advantages
+
+    def trains_critic(self) -> bool:
+        """Whether the run trains a critic (and the estimator gets its values): critic, or
+        by estimator. Read from the config alone, so a resume is judged without user code."""
+        if self.critic is None:
+            return self.estimator in NEEDS_CRITIC
+        return self.critic
 
 
 @dataclass
@@ -260,6 +273,10 @@ class TrainerConfig:
     """Episodes per forward/backward pass (gradients accumulate up to mini_batch_size)."""
     eval_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps; 0 never."""
+    eval_before: bool = False
+    """Also evaluate the starting policy before the first update (recorded in eval.jsonl
+    at step -1, so a report sets the trained policy beside it); a resumed run does not
+    repeat it."""
     eval_episodes: int = opt(256, ge=1, le=MAX_EVAL_EPISODES)
     """Fixed seeds per evaluation."""
     eval_temperature: float = opt(0.5, ge=0.0)
@@ -569,12 +586,7 @@ def _check_combinations(c: Config) -> None:
             f"{r.max_reply_tokens} >= {r.max_context_tokens}",
             "one reply must fit in the context with the prompt; raise max_context_tokens",
         )
-    if a.estimator in NEEDS_GROUPS and r.group_size < 2:
-        raise _contradiction(
-            "algo.estimator and rollout.group_size",
-            f"{a.estimator} with group_size={r.group_size}",
-            f"{a.estimator} compares rollouts of one group; set rollout.group_size >= 2",
-        )
+    _check_estimator(c)
     _check_filter(c)
     kept = kept_episodes(c)
     if t.mini_batch_size > kept:
@@ -634,6 +646,49 @@ def _check_fsdp(c: Config) -> None:
             "once the model is sharded, and vLLM engines read whole weights from the model; "
             "use rollout.backend=hf",
         )
+
+
+def _check_estimator(c: Config) -> None:
+    """The estimator's name, and the critic and group size it needs. A module:function
+    estimator is judged by its name's shape only (importing it would run user code, which
+    :func:`import_estimator` does when a run starts); it gets a critic when algo.critic=true,
+    and the group size it needs is the user's to set."""
+    from ragen.algos import advantages
+
+    _judge_estimator(c, advantages.check_name)
+    a, r = c.algo, c.rollout
+    needs = a.estimator in NEEDS_CRITIC
+    if a.estimator in ESTIMATOR_NAMES and a.critic is not None and a.critic != needs:
+        raise _contradiction(
+            "algo.critic and algo.estimator",
+            f"{_shown(a.critic)} with {a.estimator}",
+            f"{a.estimator} {'reads' if needs else 'reads no'} critic values; set algo.critic="
+            "null, which follows the estimator",
+        )
+    if a.estimator in NEEDS_GROUPS and r.group_size < 2:
+        raise _contradiction(
+            "algo.estimator and rollout.group_size",
+            f"{a.estimator} with group_size={r.group_size}",
+            f"{a.estimator} compares rollouts of one group; set rollout.group_size >= 2",
+        )
+
+
+def import_estimator(c: Config) -> None:
+    """Import a module:function ``algo.estimator``: user code, so call this only when a run
+    starts (as :func:`import_reward_terms`), before the run writes anything, so that one that
+    cannot be imported leaves nothing behind."""
+    from ragen.algos import advantages
+
+    _judge_estimator(c, advantages.resolve)
+
+
+def _judge_estimator(c: Config, judge: Callable[[str], object]) -> None:
+    """Run ``judge`` on algo.estimator; its ValueError, which names the value, becomes a
+    one-line ConfigError."""
+    try:
+        judge(c.algo.estimator)
+    except ValueError as err:
+        raise ConfigError(f"config: algo.estimator: {_reason(err)}") from None
 
 
 def _check_filter(c: Config) -> None:
@@ -736,29 +791,60 @@ def _judge_reward_terms(c: Config, judge: Callable[[str], object]) -> None:
             raise ConfigError(f"config: rollout.reward_terms: {_reason(err)}") from None
 
 
+def _env_names(c: Config) -> list[tuple[str, str]]:
+    """(key, name) of each environment ``c`` names: the training env, then the eval ones."""
+    return [("env.name", c.env.name)] + [
+        (f"env.eval_names[{i}]", n) for i, n in enumerate(c.env.eval_names)
+    ]
+
+
 def _check_envs(c: Config) -> None:
+    """Each env's name; and the options and worked turns of those ragen ships. An env of
+    the user's (package.module:Class, or an installed entry point) is judged by its name
+    only: building it would run its code, which :func:`import_envs` does when a run starts."""
     from ragen import envs
 
-    for key, name in [("env.name", c.env.name)] + [
-        (f"env.eval_names[{i}]", n) for i, n in enumerate(c.env.eval_names)
-    ]:
-        if name not in envs.names():
-            raise ConfigError(
-                f"config: {key}={_shown(name)} is not an environment: must be one of "
-                + ", ".join(envs.names())
-            )
-    try:
-        env = envs.make(c.env.name, **c.env.options)
-        env.reset(0)  # options under which no level can be made fail here, not mid-run
-    except (TypeError, ValueError, envs.GenerationError) as err:
-        message = _reason(err)
-        raise ConfigError(f"config: env.options={_shown(c.env.options)}: {message}") from None
+    for key, name in _env_names(c):
+        try:
+            envs.check_name(name)
+        except ValueError as err:
+            raise ConfigError(f"config: {key}={_shown(name)}: {_reason(err)}") from None
+    _check_built_envs(c, [name for _, name in _env_names(c) if name in envs.names()])
+
+
+def import_envs(c: Config) -> None:
+    """Import every env of ``c`` from outside ragen, and check its options and worked turns
+    as the config's own check does for ragen's envs: user code, so call this only when a run
+    starts (as :func:`import_reward_terms`), before anything builds those envs."""
+    from ragen import envs
+
+    user = [(key, name) for key, name in _env_names(c) if name not in envs.names()]
+    for key, name in user:
+        try:
+            envs.spec(name)
+        except ValueError as err:
+            raise ConfigError(f"config: {key}={_shown(name)}: {_reason(err)}") from None
+    _check_built_envs(c, [name for _, name in user])
+
+
+def _check_built_envs(c: Config, names: list[str]) -> None:
+    """Build the envs ``names`` picks out of ``c``'s: the training env under env.options must
+    make a level, and each must offer the worked turns rollout.demos asks for."""
+    from ragen import envs
+
+    built = {}
+    if c.env.name in names:
+        try:
+            built[c.env.name] = envs.make(c.env.name, **c.env.options)
+            built[c.env.name].reset(0)  # options that make no level fail here, not mid-run
+        except (TypeError, ValueError, envs.GenerationError) as err:
+            message = _reason(err)
+            raise ConfigError(f"config: env.options={_shown(c.env.options)}: {message}") from None
     if not c.rollout.demos:
         return
     # Counted, not built: building plays (for Sokoban: solves) levels, which preflight does.
-    offers = [(c.env.name, envs.demo_count(env))]
-    offers += [(n, envs.demo_count(envs.make(n))) for n in c.env.eval_names]
-    for name, offered in offers:
+    for name in dict.fromkeys(names):
+        offered = envs.demo_count(built[name] if name in built else envs.make(name))
         if c.rollout.demos > offered:
             raise ConfigError(
                 f"config: rollout.demos={c.rollout.demos} but {name} offers {offered} "
@@ -953,9 +1039,11 @@ def from_dict(data: dict) -> Config:
     return validate(_build(Config, data, ""))
 
 
-def load(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Resolve a preset or YAML file plus dotted overrides into a validated Config."""
-    return from_dict(apply_overrides(load_preset_data(name_or_path), list(overrides)))
+def load(name_or_path: str | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Resolve a preset or YAML file plus dotted overrides into a validated Config; None
+    stands for no preset: the schema's own defaults."""
+    data = load_preset_data(name_or_path) if name_or_path is not None else {}
+    return from_dict(apply_overrides(data, list(overrides)))
 
 
 # ------------------------------------------------------------------------------ serialising

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import typing
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen.algos import advantages as adv
-from ragen.config import AlgoConfig
+from ragen.config import ESTIMATOR_NAMES, AlgoConfig
 
 # ---------------------------------------------------------------------- plain-loop references
 
@@ -430,9 +429,13 @@ def test_whiten_degenerate_batches_give_zero():
 
 
 def test_registry_names_match_config():
-    field_type = typing.get_type_hints(AlgoConfig)["estimator"]
-    assert set(adv.ESTIMATORS) == set(typing.get_args(field_type))
+    assert tuple(adv.ESTIMATORS) == ESTIMATOR_NAMES
     assert {"gae", "bi_level_gae"} == adv.NEEDS_CRITIC
+
+
+def coefs(**changes) -> adv.Coefficients:
+    """The coefficients of the default config, with ``changes`` to its algo section."""
+    return adv.Coefficients.of(AlgoConfig(**changes))
 
 
 @pytest.mark.parametrize("name", sorted(adv.ESTIMATORS))
@@ -446,8 +449,7 @@ def test_every_estimator_shares_one_call_shape(name):
         values=values,
         scores=scores,
         group_ids=torch.tensor([0, 0, 1, 1]),
-        gamma=0.95,
-        lam=0.9,
+        coefs=coefs(gamma=0.95, lam=0.9),
     )
     assert a.shape == r.shape == rewards.shape
     assert torch.isfinite(a).all() and not (a * (1 - mask)).any()
@@ -461,28 +463,33 @@ def test_sequence_estimators_broadcast_over_sampled_tokens():
         mask=mask,
         scores=torch.tensor([1.0, 0.0]),
         group_ids=torch.tensor([0, 0]),
-        norm_by_std=False,
+        coefs=coefs(grpo_norm_by_std=False),
     )
     torch.testing.assert_close(a, torch.tensor([[0.0, 0.5, 0.5, 0], [-0.5, -0.5, 0, 0]]))
     torch.testing.assert_close(r, a)
 
 
 def test_estimate_errors_name_the_fix():
-    z = torch.zeros(1, 3)
-    with pytest.raises(ValueError, match="choose one of"):
-        adv.estimate("ppo", rewards=z, mask=z)
+    z, c = torch.zeros(1, 3), coefs()
+    with pytest.raises(ValueError, match=r"use one of gae, grpo, .*, or module:function"):
+        adv.estimate("ppo", rewards=z, mask=z, coefs=c)
     with pytest.raises(ValueError, match="needs values"):
-        adv.estimate("gae", rewards=z, mask=z)
+        adv.estimate("gae", rewards=z, mask=z, coefs=c)
     with pytest.raises(ValueError, match="needs scores, group_ids"):
-        adv.estimate("rloo", rewards=z, mask=z)
+        adv.estimate("rloo", rewards=z, mask=z, coefs=c)
 
 
-def test_estimate_turn_lam_defaults_to_lam():
+def test_estimate_passes_each_coefficient_to_its_function():
     rewards, values, mask = random_batch(2)
-    kw = {"rewards": rewards, "mask": mask, "values": values, "gamma": 0.9, "lam": 0.8}
-    a, _ = adv.estimate("bi_level_gae", turn_gamma=0.95, **kw)
-    a2, _ = adv.bi_level_gae(rewards, values, mask, 0.9, 0.8, 0.95, 0.8)
-    torch.testing.assert_close(a, a2)
+    c = coefs(gamma=0.9, lam=0.8, turn_gamma=0.7)
+    kw = {"rewards": rewards, "mask": mask, "values": values, "coefs": c}
+    # bi_level_gae uses lam at both levels, as RAGEN does: the config has one lambda
+    want = adv.bi_level_gae(rewards, values, mask, 0.9, 0.8, 0.7, 0.8)
+    torch.testing.assert_close(adv.estimate("bi_level_gae", **kw), want)
+    torch.testing.assert_close(adv.estimate("gae", **kw), adv.gae(rewards, values, mask, 0.9, 0.8))
+    torch.testing.assert_close(
+        adv.estimate("reinforce_pp", **kw), adv.reinforce_pp(rewards, mask, 0.9)
+    )
 
 
 def test_bi_level_gae_counts_an_inner_reward_at_the_turn_end():

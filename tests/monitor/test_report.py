@@ -63,16 +63,17 @@ def test_summary_numbers_of_a_hand_built_run(tmp_path):
     assert data.alerts == HAND_ALERTS and data.alerts_source == "alerts.jsonl"
     assert data.skipped_lines == 1 and len(data.records) == 15
     [row] = report.summarize_run(data)
-    assert (row.success_of, row.base, row.peak, row.peak_step, row.final) == (
+    # no evaluation before training: the first one (after step 4) is not the base
+    assert (row.success_of, row.before, row.peak, row.peak_step, row.final) == (
         "sokoban",
-        0.1,
+        None,
         0.5,
         9,
         0.3,
     )
     assert (row.collapse_step, row.warning_step, row.lead_time) == (12, 5, 7)
     text = report.summary_markdown([data])
-    assert "| hand | sokoban | 0.100 | 0.500 (9) | 0.300 | 12 | 5 | 7 |" in text
+    assert "| hand | sokoban | — | 0.500 (9) | 0.300 | 12 | 5 | 7 |" in text
     assert "1 torn line(s) skipped" in text
 
 
@@ -83,7 +84,7 @@ def test_summary_without_evaluation_or_alerts(tmp_path):
     no_config = f"default settings: {run.root} has no config.yaml"
     assert data.alerts == [] and data.alerts_source == f"replayed, {no_config}"
     [row] = report.summarize_run(data)
-    assert (row.success_of, row.base, row.peak, row.final) == ("train rollouts", 0.2, 0.6, 0.4)
+    assert (row.success_of, row.before, row.peak, row.final) == ("train rollouts", 0.2, 0.6, 0.4)
     assert row.collapse_step is None and row.lead_time is None
     assert "| plain | train rollouts | 0.200 | 0.600 (1) | 0.400 | — | — | — |" in (
         report.summary_markdown([data])
@@ -135,11 +136,11 @@ def test_report_overlays_runs_and_writes_images(tmp_path):
     collapsing = _run(tmp_path, "starpo", streams.collapsing(1))
     out = tmp_path / "out"
     written = report.write_report([healthy.root, collapsing.root], out)
-    names = sorted(p.name for p in written)
+    names = sorted(p.name for p in written.files)
     assert names == sorted(
         ["success.png", "reward.png", "entropy.png", "grad_norm.png", "diversity.png", "summary.md"]
     )  # no reply or think lengths were logged: no length.png
-    for path in written:
+    for path in written.files:
         if path.suffix == ".png":
             image = matplotlib.image.imread(path)
             assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
@@ -225,6 +226,7 @@ def test_report_on_a_real_tiny_run(tmp_path):
             "trainer.steps=3",
             "trainer.eval_every=2",
             "trainer.eval_episodes=2",
+            "trainer.eval_before=true",
             "logging.progress=false",
             "logging.tensorboard=false",
         ],
@@ -232,18 +234,31 @@ def test_report_on_a_real_tiny_run(tmp_path):
     run = create_run_dir(tmp_path / "tiny-run", cfg)
     Trainer(cfg, run).train()
     written = report.write_report([run.root], tmp_path / "out")
-    names = {p.name for p in written}
+    names = {p.name for p in written.files}
     assert {"success.png", "reward.png", "entropy.png", "grad_norm.png", "length.png"} <= names
     data = report.load_run(run.root)
+    # eval.jsonl: each env before training (step -1), after step 1 and after the last, 2
+    evaluated = [(e["step"], e["env"]) for e in data.evals]
+    assert evaluated == [(s, env) for s in (-1, 1, 2) for env in cfg.env.eval_names]
     rows = report.summarize_run(data)
     assert [r.success_of for r in rows] == cfg.env.eval_names
     for row in rows:
-        key = f"eval/{row.success_of}/success"
-        evals = [r[key] for r in data.records if key in r]
-        assert len(evals) == 2 and (row.base, row.final) == (evals[0], evals[-1])
+        mine = [e["success"] for e in data.evals if e["env"] == row.success_of]
+        [curve] = [
+            c
+            for c in report.plot_data([data])["success"]["evaluation (fixed seeds)"]
+            if c.key == f"eval/{row.success_of}/success"
+        ]
+        assert curve.steps == [-1, 1, 2] and curve.raw == mine
+        assert (row.before, row.final) == (mine[0], mine[-1])
+    assert data.steps == 3
     [curve] = report.plot_data([data])["entropy"]["entropy (nats)"]
     assert curve.steps == [0, 1, 2]
-    assert curve.raw == [r["actor/entropy"] for r in data.records]
+    assert curve.raw == [r["actor/entropy"] for r in data.records if r["step"] >= 0]
+    assert written.story[0].startswith(f"{cfg.env.eval_names[0]}: ")
+    assert "before training" in written.story[0] and written.story[0].endswith(
+        "The collapse monitor raised no alert."
+    )
 
 
 def test_report_can_replay_alerts_with_other_detector_settings(tmp_path):
@@ -260,3 +275,60 @@ def test_report_can_replay_alerts_with_other_detector_settings(tmp_path):
     )
     assert run_report(args) == 0
     assert f"(replayed, {no_config} + std_drop=0.99)" in (out / "summary.md").read_text()
+
+
+def _evals(run, records):
+    append_jsonl(run.evals, records)
+
+
+def test_the_story_sets_the_trained_policy_beside_the_base(tmp_path):
+    records = [{"step": s, "rollout/success": 0.5} for s in range(20)]
+    records[19].update({"eval/bandit/success": 1.0, "eval/bandit-test/success": 0.3125})
+    run = _run(tmp_path, "demo", records, alerts=[])
+    _evals(
+        run,
+        [
+            {"step": -1, "env": "bandit", "success": 0.5, "episodes": 128},
+            {"step": 19, "env": "bandit", "success": 1.0, "episodes": 128},
+            {"step": -1, "env": "bandit-test", "success": 0.25, "episodes": 64},
+            {"step": 19, "env": "bandit-test", "success": 0.3125, "episodes": 64},
+        ],
+    )
+    data = report.load_run(run.root)
+    assert data.records[0] == {
+        "step": -1,
+        "eval/bandit/success": 0.5,
+        "eval/bandit-test/success": 0.25,
+    }
+    assert data.steps == 20
+    # SE of the difference: sqrt(0.5 * 0.5 / 128 + 0) = 0.0442, so +50 points is 11.3 SE;
+    # sqrt(0.25 * 0.75 / 64 + 0.3125 * 0.6875 / 64) = 0.0798: +6.25 points is 0.8 SE
+    assert report.story([data]) == [
+        "bandit: 50.0% before training, 100.0% after step 19 (+50.0 points, +11.3 SE on 128 "
+        "episodes): a gain beyond the noise. bandit-test: 25.0% before training, 31.2% after "
+        "step 19 (+6.2 points, +0.8 SE on 64 episodes): within the noise (under 2 standard "
+        "errors). The collapse monitor raised no alert."
+    ]
+    [bandit, test] = report.summarize_run(data)
+    assert (bandit.before, bandit.final, test.before, test.final) == (0.5, 1.0, 0.25, 0.3125)
+    assert report.summary_markdown([data]).startswith("# Run summary\n\n" + report.story([data])[0])
+
+
+def test_the_story_tells_a_collapse_and_a_missing_base(tmp_path):
+    run = _run(tmp_path, "hand", _hand_records(), HAND_ALERTS)
+    _evals(run, [{"step": 14, "env": "sokoban", "success": 0.3, "episodes": 16}])
+    assert report.story([report.load_run(run.root)]) == [
+        "sokoban: 30.0% after step 14; no evaluation before training to set it beside "
+        "(trainer.eval_before=true makes one). The collapse monitor warned first at step 5 "
+        "(rollout/reward_std: std fell) and saw a collapse at step 12 (rollout/reward_mean: "
+        "reward fell)."
+    ]
+
+
+def test_difference_z_by_hand():
+    half, all_ = {"success": 0.5, "episodes": 100}, {"success": 1.0, "episodes": 100}
+    assert report.difference_z(half, all_) == pytest.approx(0.5 / 0.05)
+    assert report.difference_z(all_, half) == pytest.approx(-10.0)
+    none = {"success": 0.0, "episodes": 10}
+    assert report.difference_z(none, none) == 0.0
+    assert report.difference_z(none, {"success": 1.0, "episodes": 10}) == float("inf")

@@ -37,6 +37,10 @@ def test_default_run_root_names_the_preset():
     when = datetime(2026, 11, 21, 6, 5, 4, tzinfo=UTC)
     assert str(default_run_root("bandit", when)) == "runs/bandit-20261121-060504"
     assert str(default_run_root("configs/my.yaml", when)) == "runs/my-20261121-060504"
+    # a user env's import name: no colon or dots in the folder name
+    assert str(default_run_root("eval-mypkg.mazes:Maze", when)) == (
+        "runs/eval-mypkg-mazes-Maze-20261121-060504"
+    )
 
 
 def test_metrics_are_on_disk_after_each_step(tmp_path):

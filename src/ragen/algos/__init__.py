@@ -1,11 +1,13 @@
 """RL math of ragen as pure tensor functions: advantage estimators, losses, group filtering.
 
-Nothing here reads a config or knows an environment; the trainer passes tensors and floats.
+Nothing here knows an environment, and no math reads a config: the trainer passes tensors and
+floats (to the estimators, one ``Coefficients`` object of them, built from ``config.algo``).
 """
 
 from ragen.algos.advantages import (
     ESTIMATORS,
     NEEDS_CRITIC,
+    Coefficients,
     bi_level_gae,
     discounted_suffix_sum,
     estimate,
@@ -36,6 +38,7 @@ __all__ = [
     "FILTER_MODES",
     "KL_KINDS",
     "NEEDS_CRITIC",
+    "Coefficients",
     "aggregate",
     "bi_level_gae",
     "discounted_suffix_sum",

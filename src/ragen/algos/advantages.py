@@ -10,9 +10,12 @@ tokens, not positions. Outputs are 0 at masked positions.
 Values follow the usual critic convention: ``values[b, t]`` estimates the return from the
 state just before token ``t`` is generated.
 
-All estimators share one keyword call shape through :data:`ESTIMATORS` / :func:`estimate`, so
-a trainer picks one by name. Sequence-level estimators (grpo, rloo) broadcast their (B,)
-advantage over each row's sampled tokens. :data:`NEEDS_CRITIC` names the ones that use values.
+All estimators share one keyword call shape (:class:`Estimator`): the tensors, and the
+coefficients as one :class:`Coefficients` object built from the config. A trainer picks one by
+name through :func:`estimate`: a name of :data:`ESTIMATORS`, or ``package.module:function``
+for the user's own, imported only when a run starts (:func:`resolve`). Sequence-level
+estimators (grpo, rloo) broadcast their (B,) advantage over each row's sampled tokens.
+:data:`NEEDS_CRITIC` names the ones that use values.
 :func:`whiten` rescales a batch's advantages over its sampled tokens; the trainer applies it
 after the estimator when configured (RAGEN's code does for gae and bi_level_gae).
 
@@ -24,22 +27,28 @@ T; the tests check each estimator against a plain per-token loop.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from ragen.config import NEEDS_CRITIC
+from ragen.config import NEEDS_CRITIC, AlgoConfig
+from ragen.user_code import import_name, is_import_name
 
 __all__ = [
     "ESTIMATORS",
     "NEEDS_CRITIC",
+    "Coefficients",
+    "Estimator",
     "bi_level_gae",
+    "check_name",
     "discounted_suffix_sum",
     "estimate",
     "gae",
     "grpo",
     "reinforce_pp",
+    "resolve",
     "rloo",
     "whiten",
 ]
@@ -428,7 +437,65 @@ def rloo(scores: Tensor, group_ids: Tensor) -> Tensor:
 
 # ------------------------------------------------------------------------------- registry
 
-Estimator = Callable[..., tuple[Tensor, Tensor]]
+
+@dataclass(frozen=True)
+class Coefficients:
+    """The plain numbers the estimators read, passed whole to each one as ``coefs``.
+
+    Each field is the ``algo.`` config field of the same name and :meth:`of` copies them by
+    name, so the defaults live once, in ``ragen.config.AlgoConfig``. A new coefficient is a
+    config field, a field here, and the estimator that reads it: no signature and no caller
+    changes.
+    """
+
+    gamma: float
+    """Discount per sampled token (gae; bi_level_gae inside a turn; reinforce_pp)."""
+    lam: float
+    """GAE lambda per sampled token; bi_level_gae uses it between turns too, as RAGEN does."""
+    turn_gamma: float
+    """Discount between turns (bi_level_gae)."""
+    grpo_norm_by_std: bool
+    """grpo divides each group-centred score by the group's std."""
+
+    @classmethod
+    def of(cls, algo: AlgoConfig) -> Coefficients:
+        """The coefficients a run's ``config.algo`` sets."""
+        return cls(**{f.name: getattr(algo, f.name) for f in fields(cls)})
+
+
+class Estimator(Protocol):
+    """The call shape of every estimator, ragen's and the user's (all keyword arguments).
+
+    Args:
+        rewards: (B, T) float per-token rewards, where ``rollout.reward_placement`` put them
+            (on reply tokens only).
+        mask: (B, T) float, 1 on the tokens the policy sampled, 0 elsewhere.
+        values: (B, T) critic values, or None when the run trains no critic
+            (``AlgoConfig.trains_critic``).
+        scores: (B,) float episode returns.
+        group_ids: (B,) integer group of each episode (the copies of one initial state); the
+            ids need not be contiguous. The trainer always passes these two; they are None
+            only when a direct :func:`estimate` call leaves them out.
+        turn_ids: (B, T) integer turn of each token, or None: a turn is then each maximal run
+            of sampled tokens (the trainer passes None).
+        coefs: the run's :class:`Coefficients`.
+
+    Returns:
+        advantages (B, T) and returns (B, T), both 0 where mask == 0. The returns are the
+        critic's targets; an estimator without a critic returns its advantages again.
+    """
+
+    def __call__(
+        self,
+        *,
+        rewards: Tensor,
+        mask: Tensor,
+        values: Tensor | None,
+        scores: Tensor | None,
+        group_ids: Tensor | None,
+        turn_ids: Tensor | None,
+        coefs: Coefficients,
+    ) -> tuple[Tensor, Tensor]: ...
 
 
 def _need(name: str, **inputs: Tensor | None) -> None:
@@ -443,21 +510,20 @@ def _broadcast(adv: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return out, out.clone()
 
 
-def _est_gae(*, rewards, values, mask, gamma, lam, **_) -> tuple[Tensor, Tensor]:
+def _est_gae(*, rewards, values, mask, coefs, **_) -> tuple[Tensor, Tensor]:
     _need("gae", values=values)
-    return gae(rewards, values, mask, gamma, lam)
+    return gae(rewards, values, mask, coefs.gamma, coefs.lam)
 
 
-def _est_bi_level(
-    *, rewards, values, mask, turn_ids, gamma, lam, turn_gamma, turn_lam, **_
-) -> tuple[Tensor, Tensor]:
+def _est_bi_level(*, rewards, values, mask, turn_ids, coefs, **_) -> tuple[Tensor, Tensor]:
     _need("bi_level_gae", values=values)
-    return bi_level_gae(rewards, values, mask, gamma, lam, turn_gamma, turn_lam, turn_ids)
+    c = coefs
+    return bi_level_gae(rewards, values, mask, c.gamma, c.lam, c.turn_gamma, c.lam, turn_ids)
 
 
-def _est_grpo(*, mask, scores, group_ids, norm_by_std, **_) -> tuple[Tensor, Tensor]:
+def _est_grpo(*, mask, scores, group_ids, coefs, **_) -> tuple[Tensor, Tensor]:
     _need("grpo", scores=scores, group_ids=group_ids)
-    return _broadcast(grpo(scores, group_ids, norm_by_std), mask)
+    return _broadcast(grpo(scores, group_ids, coefs.grpo_norm_by_std), mask)
 
 
 def _est_rloo(*, mask, scores, group_ids, **_) -> tuple[Tensor, Tensor]:
@@ -465,18 +531,43 @@ def _est_rloo(*, mask, scores, group_ids, **_) -> tuple[Tensor, Tensor]:
     return _broadcast(rloo(scores, group_ids), mask)
 
 
-def _est_reinforce_pp(*, rewards, mask, gamma, **_) -> tuple[Tensor, Tensor]:
-    return reinforce_pp(rewards, mask, gamma)
+def _est_reinforce_pp(*, rewards, mask, coefs, **_) -> tuple[Tensor, Tensor]:
+    return reinforce_pp(rewards, mask, coefs.gamma)
 
 
 ESTIMATORS: dict[str, Estimator] = {
     "gae": _est_gae,
-    "bi_level_gae": _est_bi_level,
     "grpo": _est_grpo,
+    "bi_level_gae": _est_bi_level,
     "rloo": _est_rloo,
     "reinforce_pp": _est_reinforce_pp,
 }
-"""Name -> estimator, all called with the keyword arguments of :func:`estimate`."""
+"""ragen's estimators by name, each called as :class:`Estimator` describes."""
+
+
+def check_name(name: str) -> None:
+    """Raise ValueError unless ``name`` is one of :data:`ESTIMATORS` or has the shape
+    ``package.module:function``; nothing is imported, so checking a config runs no user code."""
+    if name not in ESTIMATORS and not is_import_name(name):
+        raise ValueError(
+            f"unknown estimator {name!r}: use one of {', '.join(ESTIMATORS)}, or "
+            "module:function for your own (docs/guides/adding-an-estimator.md)"
+        )
+
+
+def resolve(name: str) -> Estimator:
+    """The estimator a config name stands for: one of :data:`ESTIMATORS`, or
+    ``package.module:function``, imported here (user code: call this when a run starts).
+
+    Raises ValueError naming the fix when the name names nothing callable.
+    """
+    check_name(name)
+    if name in ESTIMATORS:
+        return ESTIMATORS[name]
+    fn = import_name(name, "estimator")
+    if not callable(fn):
+        raise ValueError(f"estimator {name!r} is {type(fn).__name__}, not a function")
+    return fn  # type: ignore[return-value]  # its call shape is the user's promise
 
 
 def estimate(
@@ -484,43 +575,44 @@ def estimate(
     *,
     rewards: Tensor,
     mask: Tensor,
+    coefs: Coefficients,
     values: Tensor | None = None,
     scores: Tensor | None = None,
     group_ids: Tensor | None = None,
     turn_ids: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    turn_gamma: float = 0.95,
-    turn_lam: float | None = None,
-    norm_by_std: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Advantages and returns by estimator name, one call shape for all.
 
     Args:
-        name: a key of :data:`ESTIMATORS`.
+        name: a key of :data:`ESTIMATORS`, or ``package.module:function`` (see :func:`resolve`).
         rewards, mask: (B, T) per-token rewards and the sampled-token mask.
+        coefs: the coefficients (:meth:`Coefficients.of` a config's ``algo``).
         values: (B, T) critic values (gae, bi_level_gae).
         scores, group_ids: (B,) episode returns and groups (grpo, rloo).
         turn_ids: optional (B, T) turn index per token (bi_level_gae).
-        gamma, lam, turn_gamma: discounts and lambda; turn_lam defaults to lam.
-        norm_by_std: grpo divides by the group std.
 
     Returns:
-        advantages (B, T) and returns (B, T), 0 where mask == 0. Sequence-level estimators
-        put their (B,) advantage on every sampled token of the row, and returns = advantages.
+        advantages (B, T) and returns (B, T), 0 where mask == 0 (see :class:`Estimator`).
+        Sequence-level estimators put their (B,) advantage on every sampled token of the row,
+        and returns = advantages.
+
+    Raises ValueError when an estimator returns anything but two tensors of ``mask``'s
+    shape: the update would otherwise fail far from the estimator that is wrong.
     """
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
-    return ESTIMATORS[name](
+    result = resolve(name)(
         rewards=rewards,
         mask=mask,
         values=values,
         scores=scores,
         group_ids=group_ids,
         turn_ids=turn_ids,
-        gamma=gamma,
-        lam=lam,
-        turn_gamma=turn_gamma,
-        turn_lam=lam if turn_lam is None else turn_lam,
-        norm_by_std=norm_by_std,
+        coefs=coefs,
     )
+    pair = result if isinstance(result, tuple | list) else (result,)
+    shapes = [tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__ for t in pair]
+    if len(shapes) != 2 or any(shape != tuple(mask.shape) for shape in shapes):
+        raise ValueError(
+            f"estimator {name!r} returned {shapes}: it must return (advantages, returns), two "
+            f"tensors of the mask's shape {tuple(mask.shape)}"
+        )
+    return result

@@ -5,20 +5,24 @@
     print(env.reset(seed=3))          # the room as text
     result = env.step("Up")           # StepResult(observation, reward, terminated, ...)
 
-`names()` lists what `make` accepts; each name is a game plus default options, and any
-option can be overridden: `make("frozen-lake", size=6)`.
+`names()` lists ragen's games; each name is a game plus default options, and any option can
+be overridden: `make("frozen-lake", size=6)`. `make` also builds your own TextEnv class,
+`make("mymod:MyEnv")`, and those installed packages offer (`installed()`).
 """
 
 from ragen.envs.bandit import BanditEnv
 from ragen.envs.base import (
+    ENTRY_POINT_GROUP,
     Demonstration,
     EnvSpec,
     EpisodeOverError,
     GenerationError,
     StepResult,
     TextEnv,
+    check_name,
     demo_count,
     demonstrations,
+    installed,
     make,
     names,
     register,
@@ -82,6 +86,7 @@ register(
 )
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "BanditEnv",
     "CountdownEnv",
     "Demonstration",
@@ -93,8 +98,10 @@ __all__ = [
     "StepResult",
     "TextEnv",
     "as_gymnasium",
+    "check_name",
     "demo_count",
     "demonstrations",
+    "installed",
     "make",
     "names",
     "register",

@@ -7,7 +7,10 @@ an arm); *truncated* means a budget stopped it. The rollout code relies on that 
 count truncation honestly.
 
 Every name in the registry maps to a factory plus default options, so `make("sokoban-large")`
-and `make("sokoban", height=8, width=8, num_boxes=2)` build the same game.
+and `make("sokoban", height=8, width=8, num_boxes=2)` build the same game. `make` and `spec`
+also take an env from outside ragen, imported only then: `package.module:Class` names a
+TextEnv class, and an installed package can name one in the `ragen.envs` entry-point group.
+`check_name` judges a name without importing anything, as checking a config must.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from numbers import Integral, Real
 from typing import Any, Protocol, runtime_checkable
+
+from ragen.user_code import import_name, is_import_name
 
 # Keys every `StepResult.info` carries. The rollout and the metrics read them, so an env
 # that forgets one fails the conformance checker rather than a training run.
@@ -131,6 +137,13 @@ class EnvSpec:
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
+ENTRY_POINT_GROUP = "ragen.envs"
+# The TextEnv members a class must define; `actions` is often set per instance, so it is
+# looked for on the built env only. (Python 3.11 offers no public list of a protocol's members.)
+_METHODS = ("instructions", "reset", "step", "render")
+# Entry-point envs already imported: the rollout builds an env per episode, and reading the
+# installed packages' metadata each time costs milliseconds (more with many packages).
+_INSTALLED: dict[str, EnvSpec] = {}
 
 
 def register(name: str, factory: Callable[..., TextEnv], description: str, **defaults: Any) -> None:
@@ -145,17 +158,67 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+def installed() -> dict[str, str]:
+    """The envs installed packages offer in the `ragen.envs` entry-point group, name →
+    `package.module:Class`, read from their metadata (nothing is imported)."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def check_name(name: str) -> None:
+    """Raise the unknown-name ValueError unless `name` is registered, installed, or has the
+    shape `package.module:Class`; nothing is imported, so checking a config runs no user code."""
+    if name not in _REGISTRY and not is_import_name(name) and name not in installed():
+        raise _unknown(name)
+
+
+def _unknown(name: str) -> ValueError:
+    allowed = ", ".join([*names(), *installed()])
+    return ValueError(
+        f"unknown environment {name!r}; allowed names: {allowed}, "
+        "or package.module:Class naming your own TextEnv class"
+    )
+
+
 def spec(name: str) -> EnvSpec:
-    """The registry entry of `name`; an unknown name is a ValueError listing the known ones."""
-    try:
+    """The entry of `name`: a registered name, an installed `ragen.envs` entry point, or
+    `package.module:Class` (the last two imported here: user code runs).
+
+    Raises ValueError listing the known names for an unknown one, and naming the fix for one
+    that cannot be imported or is not a TextEnv class.
+    """
+    if name in _REGISTRY:
         return _REGISTRY[name]
-    except KeyError:
-        allowed = ", ".join(names())
-        raise ValueError(f"unknown environment {name!r}; allowed names: {allowed}") from None
+    if is_import_name(name):
+        return _external(name, name)
+    if name not in _INSTALLED:
+        target = installed().get(name)
+        if target is None:
+            raise _unknown(name)
+        if not is_import_name(target):
+            raise ValueError(
+                f"environment {name!r}: its {ENTRY_POINT_GROUP} entry point is {target!r}; "
+                "it must read package.module:Class"
+            )
+        _INSTALLED[name] = _external(name, target)
+    return _INSTALLED[name]
+
+
+def _external(name: str, target: str) -> EnvSpec:
+    """The entry of a TextEnv class outside ragen, imported from `target` (module:Class)."""
+    cls = import_name(target, "environment")
+    missing = [f"{m}()" for m in _METHODS if not callable(getattr(cls, m, None))]
+    if not isinstance(cls, type) or missing:
+        what = f"lacks {', '.join(missing)}" if isinstance(cls, type) else "is not a class"
+        raise ValueError(
+            f"environment {name!r}: {target} {what}: name a TextEnv class, with actions, "
+            "instructions(), reset(seed), step(action) and render() (see ragen.envs.TextEnv)"
+        )
+    doc = inspect.getdoc(cls) or target
+    return EnvSpec(name, cls, doc.splitlines()[0])
 
 
 def make(name: str, **options: Any) -> TextEnv:
-    """Build the environment registered as `name`; `options` override its defaults."""
+    """Build the environment `name` (see `spec`); `options` override its defaults."""
     entry = spec(name)
     allowed = option_names(entry.factory)
     unknown = sorted(set(options) - set(allowed))
@@ -164,7 +227,13 @@ def make(name: str, **options: Any) -> TextEnv:
             f"{name} has no option {', '.join(map(repr, unknown))}; "
             f"allowed options: {', '.join(allowed)}"
         )
-    return entry.factory(**{**entry.defaults, **options})
+    env = entry.factory(**{**entry.defaults, **options})
+    if not isinstance(env, TextEnv):  # only an env from outside ragen can miss a member
+        raise ValueError(
+            f"environment {name!r} has no actions: set self.actions in __init__ "
+            "(a tuple of action words; () when the action is free text)"
+        )
+    return env
 
 
 def option_names(factory: Callable[..., TextEnv]) -> list[str]:

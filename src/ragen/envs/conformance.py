@@ -1,8 +1,9 @@
 """The conformance checker: what every registered environment must do, checked by running it.
 
-`check(name)` returns a list of problems (empty when the env conforms); `check_all()` runs it
-over every registered name. The tests call it for each name, so a new environment is held
-to the contract the moment it is registered:
+`check(name)` returns a list of problems (empty when the env conforms); `check_parts(name)`
+the problems of each part of the contract, which `ragen envs --check NAME` prints;
+`check_all()` runs `check` over every registered name. The tests call it for each name, so a
+new environment is held to the contract the moment it is registered:
 
 - same seed → same text (fresh instances and re-resets alike), and the same trajectory for
   the same actions, stochastic games included;
@@ -32,6 +33,7 @@ from ragen.envs.base import (
     demonstrations,
     make,
     names,
+    spec,
 )
 
 INVALID_WORD = "not-an-action-zzz"
@@ -168,26 +170,66 @@ def _check_replay(factory: Factory, seed: int) -> list[str]:
     return []
 
 
-def check(env: str | Factory, seeds: Sequence[int] = tuple(range(6)), **options: Any) -> list[str]:
-    """Problems of an environment; an empty list means it conforms.
+_EPISODE_SEEDS = 3  # seeds the per-seed parts play (an episode may run 10,000 steps)
+Part = Callable[[Factory, Sequence[int]], list[str]]
 
-    env: a registered name (built with `options`) or a zero-argument factory, so an env
-        can be checked before it is registered.
+
+def _each_seed(check_one: Callable[[Factory, int], list[str]]) -> Part:
+    """A part that runs ``check_one`` on each of the first seeds."""
+
+    def part(factory: Factory, seeds: Sequence[int]) -> list[str]:
+        return [p for seed in seeds[:_EPISODE_SEEDS] for p in check_one(factory, seed)]
+
+    return part
+
+
+# The parts of the contract, in the order `check_parts` runs them: what each holds, and how.
+_PARTS: tuple[tuple[str, Part], ...] = (
+    (
+        "actions, instructions(), demo_count; step before reset raises",
+        lambda f, _: _check_surface(f),
+    ),
+    ("reset(seed) is deterministic, equals render(), and seeds differ", _check_seeds),
+    ("random episodes: result types, an end, no step after it", _each_seed(_check_episode)),
+    ("an invalid word is a no-op", _each_seed(_check_invalid_word)),
+    ("same seed and actions, same trajectory, in any case", _each_seed(_check_replay)),
+)
+
+
+def check_parts(
+    env: str | Factory, seeds: Sequence[int] = tuple(range(6)), **options: Any
+) -> dict[str, list[str]]:
+    """Each part of the contract and the problems found with it (none: the part holds).
+
+    env: an environment name as `make` takes it (built with `options`) or a zero-argument
+        factory, so an env can be checked before it is registered.
+    An unknown name, or one that cannot be imported, raises ValueError. An exception raised
+    while a part runs is that part's problem, and the other parts still run: the checker
+    reports on a half-written env instead of stopping at its first bug.
     """
     if isinstance(env, str):
         name = env
+        spec(name)  # an unknown name, or one that cannot be imported, raises its ValueError
 
         def factory() -> TextEnv:
             return make(name, **options)
     else:
         name, factory = getattr(env, "__name__", repr(env)), env
 
-    problems = _check_surface(factory) + _check_seeds(factory, seeds)
-    for seed in seeds[:3]:
-        problems += _check_episode(factory, seed)
-        problems += _check_invalid_word(factory, seed)
-        problems += _check_replay(factory, seed)
-    return [f"{name}: {problem}" for problem in dict.fromkeys(problems)]
+    parts = {}
+    for part, run in _PARTS:
+        try:
+            problems = run(factory, seeds)
+        except Exception as err:  # the env's own bug: reported, as a failure of this part
+            problems = [f"raised {type(err).__name__}: {err}"]
+        parts[part] = [f"{name}: {problem}" for problem in dict.fromkeys(problems)]
+    return parts
+
+
+def check(env: str | Factory, seeds: Sequence[int] = tuple(range(6)), **options: Any) -> list[str]:
+    """Problems of an environment; an empty list means it conforms (see `check_parts`)."""
+    parts = check_parts(env, seeds, **options)
+    return list(dict.fromkeys(problem for problems in parts.values() for problem in problems))
 
 
 def check_all(seeds: Sequence[int] = tuple(range(6))) -> dict[str, list[str]]:

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ragen.envs.base import StepResult, make, names, spec
+from ragen.envs.base import ENTRY_POINT_GROUP, StepResult, installed, make, names, spec
 
 QUIT_WORDS = frozenset({"quit", "exit", "q"})
 
 
 def describe_envs() -> str:
-    """One line per registered environment: its name and what it is."""
-    width = max(map(len, names()))
-    return "\n".join(f"{name:<{width}}  {spec(name).description}" for name in names())
+    """One line per environment: each registered name and what it is, then each one an
+    installed package offers and the class it names (read from metadata, not imported)."""
+    lines = {name: spec(name).description for name in names()}
+    for name, target in installed().items():
+        lines.setdefault(name, f"{target} (a {ENTRY_POINT_GROUP} entry point)")
+    width = max(map(len, lines))
+    return "\n".join(f"{name:<{width}}  {text}" for name, text in lines.items())
 
 
 def _report(step: int, action: str, result: StepResult, total: float) -> str:

@@ -86,7 +86,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Write the PNG plots and summary.md; print the paths."""
+    """Write the PNG plots and summary.md; print the paths, then what happened in words."""
     from ragen.monitor.report import write_report  # matplotlib loads only for this command
 
     if args.out:
@@ -103,8 +103,10 @@ def run_report(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"ragen: cannot write the report to {out} ({err.strerror or err})", file=sys.stderr)
         return EXIT_USAGE
-    for path in written:
+    for path in written.files:
         print(path)
+    print()
+    print("\n".join(written.story))
     return 0
 
 

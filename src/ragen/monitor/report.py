@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -25,7 +26,7 @@ from matplotlib.lines import Line2D
 from ragen import metric_names as names
 from ragen.monitor.collapse import Alert, detector_settings, replay
 from ragen.monitor.jsonl import RunDirError, read_jsonl
-from ragen.monitor.rundir import RunDir, check_metrics
+from ragen.monitor.rundir import BEFORE_TRAINING, RunDir, check_metrics
 
 DEFAULT_SMOOTHING = 0.1
 """EMA weight of one step in the smoothed curves (about TensorBoard's smoothing 0.9)."""
@@ -110,13 +111,22 @@ class RunData:
     name: str
     root: Path
     records: list[dict]
-    """metrics.jsonl objects with a step, in step order."""
+    """metrics.jsonl objects with a step, in step order, after a first record at step -1
+    (BEFORE_TRAINING) with the ``eval/<env>/success`` of the evaluation before training
+    when the run made one (``trainer.eval_before``)."""
     alerts: list[Alert]
     alerts_source: str
     """'alerts.jsonl', or 'replayed, ' and the detector settings used (see
     `detector_settings`) when the run has no alerts.jsonl or a replay was asked for."""
     skipped_lines: int = 0
     """Torn or junk lines of metrics.jsonl that were skipped."""
+    evals: list[dict] = field(default_factory=list)
+    """eval.jsonl objects with an int step, an env and a success, in file order."""
+
+    @property
+    def steps(self) -> int:
+        """Training steps logged (the evaluation before training is not one)."""
+        return sum(r["step"] != BEFORE_TRAINING for r in self.records)
 
 
 def load_run(root: str | Path, replay_with: Sequence[str] | None = None) -> RunData:
@@ -139,8 +149,32 @@ def load_run(root: str | Path, replay_with: Sequence[str] | None = None) -> RunD
     else:
         settings, described = detector_settings(run, replay_with or ())
         alerts, source = replay(records, settings), f"replayed, {described}"
+    evals = read_evals(run)
+    before = {e["env"]: e["success"] for e in evals if e["step"] == BEFORE_TRAINING}
+    if before:
+        first = {"step": BEFORE_TRAINING, **{f"eval/{env}/success": v for env, v in before.items()}}
+        records = [first, *records]
     name = run.root.resolve().name
-    return RunData(name, run.root, records, alerts, source, len(read.skipped))
+    return RunData(name, run.root, records, alerts, source, len(read.skipped), evals)
+
+
+def read_evals(run: RunDir) -> list[dict]:
+    """The run's evaluation summaries that a report can use (an int step, an env name, a
+    success in [0, 1]); none when the run has no eval.jsonl."""
+    if not run.evals.is_file():
+        return []
+    return [
+        r
+        for r in read_jsonl(run.evals).records
+        if isinstance(r.get("step"), int)
+        and isinstance(r.get("env"), str)
+        and _number(r.get("success"))
+        and 0.0 <= r["success"] <= 1.0
+    ]
+
+
+def _number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ---------------------------------------------------------------------------- data
@@ -176,7 +210,7 @@ def series(records: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
     steps, values = [], []
     for r in records:
         v = r.get(key)
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+        if _number(v):
             steps.append(r["step"])
             values.append(float(v))
     return steps, values
@@ -297,7 +331,9 @@ class RunSummary:
 
     run: str
     success_of: str
-    base: float | None
+    before: float | None
+    """Success of the starting policy: the evaluation before training, or for the train
+    rollouts those of step 0 (sampled before its update); None when not measured."""
     peak: float | None
     peak_step: int | None
     final: float | None
@@ -314,7 +350,7 @@ class RunSummary:
 
 
 def summarize_run(run: RunData) -> list[RunSummary]:
-    """One row per evaluated env (base = first eval, peak, final); with no evaluation, one
+    """One row per evaluated env (before training, peak, final); with no evaluation, one
     row on the train rollouts' success instead."""
     keys = fnmatch.filter(_logged(run.records), "eval/*/success")
     sources = [(k, k.split("/")[1]) for k in keys] or [(names.SUCCESS, "train rollouts")]
@@ -323,15 +359,16 @@ def summarize_run(run: RunData) -> list[RunSummary]:
     rows = []
     for key, label in sources:
         steps, values = series(run.records, key)
+        start = BEFORE_TRAINING if key != names.SUCCESS else 0
         best = max(range(len(values)), key=values.__getitem__) if values else None
         rows.append(
             RunSummary(
                 run=run.name,
                 success_of=label,
-                base=values[0] if values else None,
+                before=values[0] if steps and steps[0] == start else None,
                 peak=values[best] if best is not None else None,
                 peak_step=steps[best] if best is not None else None,
-                final=values[-1] if values else None,
+                final=values[-1] if values and steps[-1] != BEFORE_TRAINING else None,
                 collapse_step=collapse,
                 warning_step=warning,
             )
@@ -346,37 +383,140 @@ def _cell(value) -> str:
 
 
 def summary_markdown(runs: Sequence[RunData]) -> str:
-    """summary.md: a table of every run's success and alert timing, then notes."""
-    lines = [
-        "# Run summary",
-        "",
-        "| run | success of | base | peak (step) | final | collapse step | first warning "
-        "| lead time |",
+    """summary.md: what happened in words, a table of every run's success and alert
+    timing, then notes."""
+    lines = ["# Run summary", "", *story(runs), ""]
+    lines += [
+        "| run | success of | before training | peak (step) | final | collapse step "
+        "| first warning | lead time |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         for s in summarize_run(run):
             peak = f"{_cell(s.peak)} ({_cell(s.peak_step)})" if s.peak is not None else "—"
-            cells = [s.run, s.success_of, _cell(s.base), peak, _cell(s.final)]
+            cells = [s.run, s.success_of, _cell(s.before), peak, _cell(s.final)]
             cells += [_cell(s.collapse_step), _cell(s.warning_step), _cell(s.lead_time)]
             lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Base is the first evaluation; lead time counts the steps from the first warning to",
-        "the collapse. Alerts come from each run's alerts.jsonl, or are replayed from",
-        "metrics.jsonl through the detector where a run has none:",
+        "Before training is the evaluation made before the first update (step -1 in the",
+        "plots; `trainer.eval_before=true`), or for the train rollouts those of step 0. Lead",
+        "time counts the steps from the first warning to the collapse. Alerts come from each",
+        "run's alerts.jsonl, or are replayed from metrics.jsonl through the detector where a",
+        "run has none:",
         "",
     ]
     for run in runs:
         torn = f"; {run.skipped_lines} torn line(s) skipped" if run.skipped_lines else ""
         lines.append(
-            f"- {run.name}: {len(run.records)} steps, {len(run.alerts)} alert(s) "
+            f"- {run.name}: {run.steps} steps, {len(run.alerts)} alert(s) "
             f"({run.alerts_source}){torn}"
         )
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------- in words
+
+SIGNIFICANT_Z = 2.0
+"""A change of success counts as beyond the noise at two standard errors of the difference."""
+
+
+def difference_z(before: dict, after: dict) -> float:
+    """The change of success from ``before`` to ``after`` (evaluation summaries with
+    ``success`` and ``episodes``) in standard errors of the difference of two proportions;
+    infinite when both are certain (0 or 1) and differ."""
+    p, q = before["success"], after["success"]
+    var = p * (1 - p) / before["episodes"] + q * (1 - q) / after["episodes"]
+    if var == 0:
+        return 0.0 if p == q else math.copysign(math.inf, q - p)
+    return (q - p) / math.sqrt(var)
+
+
+def _verdict(z: float) -> str:
+    if z >= SIGNIFICANT_Z:
+        return "a gain beyond the noise"
+    if z <= -SIGNIFICANT_Z:
+        return "a loss beyond the noise"
+    return f"within the noise (under {SIGNIFICANT_Z:g} standard errors)"
+
+
+def _counted(summary: dict) -> bool:
+    episodes = summary.get("episodes")
+    return isinstance(episodes, int) and not isinstance(episodes, bool) and episodes > 0
+
+
+def _eval_story(run: RunData) -> list[str]:
+    """A sentence per evaluated env: before training against the last evaluation."""
+    out = []
+    for env in dict.fromkeys(e["env"] for e in run.evals):
+        mine = [e for e in run.evals if e["env"] == env]
+        before = next((e for e in reversed(mine) if e["step"] == BEFORE_TRAINING), None)
+        after = next((e for e in reversed(mine) if e["step"] != BEFORE_TRAINING), None)
+        if after is None:
+            continue
+        final = f"{after['success']:.1%} after step {after['step']}"
+        if before is None:
+            out.append(
+                f"{env}: {final}; no evaluation before training to set it beside "
+                "(trainer.eval_before=true makes one)."
+            )
+            continue
+        change = f"{env}: {before['success']:.1%} before training, {final}"
+        if not (_counted(before) and _counted(after)):
+            out.append(f"{change}.")
+            continue
+        z = difference_z(before, after)
+        points = 100 * (after["success"] - before["success"])
+        sizes = {before["episodes"], after["episodes"]}
+        seeds = f"{sizes.pop()} episodes" if len(sizes) == 1 else "episodes"
+        out.append(f"{change} ({points:+.1f} points, {z:+.1f} SE on {seeds}): {_verdict(z)}.")
+    return out
+
+
+def _alert_story(run: RunData) -> str:
+    warnings = [a for a in run.alerts if a.kind == "warning"]
+    collapse = next((a for a in run.alerts if a.kind == "collapse"), None)
+    if collapse is None and not warnings:
+        return "The collapse monitor raised no alert."
+    said = []
+    if warnings:
+        first = warnings[0]
+        said.append(f"warned first at step {first.step} ({first.signal}: {first.message})")
+    if collapse is not None:
+        said.append(
+            f"saw a collapse at step {collapse.step} ({collapse.signal}: {collapse.message})"
+        )
+    return f"The collapse monitor {' and '.join(said)}."
+
+
+def story(runs: Sequence[RunData]) -> list[str]:
+    """What happened in each run, in words: success before and after training with its
+    standard error, and what the collapse monitor saw."""
+    lines = []
+    for run in runs:
+        head = f"{run.name} ({run.steps} steps): " if len(runs) > 1 else ""
+        told = _eval_story(run) or [_row_story(row) for row in summarize_run(run)]
+        lines.append(head + " ".join([*filter(None, told), _alert_story(run)]))
+    return lines
+
+
+def _row_story(row: RunSummary) -> str:
+    """A run without eval.jsonl summaries (no episode counts): the curve's ends only."""
+    if row.final is None:
+        return ""
+    start = "" if row.before is None else f"{row.before:.1%} at the start, "
+    return f"{row.success_of} success: {start}{row.final:.1%} at the end."
+
+
 # ---------------------------------------------------------------------------- all of it
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `write_report` wrote, and what happened in words (summary.md's first lines)."""
+
+    files: list[Path]
+    story: list[str]
 
 
 def write_report(
@@ -385,9 +525,9 @@ def write_report(
     *,
     alpha: float = DEFAULT_SMOOTHING,
     replay_with: Sequence[str] | None = None,
-) -> list[Path]:
+) -> Report:
     """Write ``out``/PLOT.png for every plot with data, and ``out``/summary.md; returns the
-    paths written. ``replay_with``: see `load_run`."""
+    paths written and the story. ``replay_with``: see `load_run`."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RunDirError(
@@ -408,4 +548,4 @@ def write_report(
             written.append(path)
     summary = out / "summary.md"
     summary.write_text(summary_markdown(runs), encoding="utf-8")
-    return [*written, summary]
+    return Report([*written, summary], story(runs))

@@ -5,7 +5,8 @@ Layout (read by `ragen report`, the viewer and the tests)::
     RUN_DIR/config.yaml            the resolved config, loadable again as a preset
     RUN_DIR/metrics.jsonl          one object per step: {"step": 3, "rollout/success": 0.25, ...}
     RUN_DIR/trajectories/step_000003.jsonl   one object per episode
-    RUN_DIR/eval.jsonl             one object per evaluation
+    RUN_DIR/eval.jsonl             one object per evaluation and env: {"step": 9, "env": ...};
+                                   step -1 (BEFORE_TRAINING) is the starting policy's
     RUN_DIR/alerts.jsonl           collapse warnings
     RUN_DIR/checkpoints/step_000050/
     RUN_DIR/tb/                    TensorBoard events
@@ -16,6 +17,7 @@ any moment keeps every completed step; a reader skips the torn last line of a ki
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,8 +26,11 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 
-from ragen.config import Config, to_yaml
+from ragen.config import PRESET_SUFFIX, Config, to_yaml
 from ragen.monitor.jsonl import RunDirError, write_atomic
+
+BEFORE_TRAINING = -1
+"""The step of an evaluation made before the first update (``trainer.eval_before``)."""
 
 
 @dataclass(frozen=True)
@@ -120,9 +125,11 @@ def check_metrics(run: RunDir) -> None:
 
 
 def default_run_root(preset: str, now: datetime | None = None) -> Path:
-    """``runs/<preset name>-<UTC time>``; a path-like preset contributes its file stem."""
+    """``runs/<preset name>-<UTC time>``; a preset file contributes its stem, and the
+    punctuation of a user env's ``package.module:Class`` becomes dashes."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{Path(preset).stem}-{stamp}"
+    name = Path(preset).stem if preset.endswith(PRESET_SUFFIX) else preset
+    return Path("runs") / f"{re.sub(r'[^A-Za-z0-9_-]+', '-', name)}-{stamp}"
 
 
 def create_run_dir(root: str | Path, config: Config) -> RunDir:

@@ -22,11 +22,11 @@ the name.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Mapping
 
 from ragen.rollout.trajectory import Turn
+from ragen.user_code import import_name, is_import_name
 
 TermFn = Callable[[Turn], float]
 ALWAYS = ("env", "format")
@@ -52,8 +52,7 @@ def check_name(name: str) -> None:
         return
     if name in ALWAYS:
         raise ValueError(f"{name!r} is always part of the reward; it is not a shaping term")
-    module_name, sep, attr = name.partition(":")
-    if not (sep and attr.isidentifier() and all(p.isidentifier() for p in module_name.split("."))):
+    if not is_import_name(name):
         allowed = ", ".join(BUILTIN)
         raise ValueError(f"unknown reward term {name!r}: use one of {allowed}, or module:function")
 
@@ -67,11 +66,7 @@ def resolve(name: str) -> TermFn:
     check_name(name)
     if name in BUILTIN:
         return BUILTIN[name]
-    module_name, _, attr = name.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"reward term {name!r} cannot be imported: {err}") from None
+    fn = import_name(name, "reward term")
     if not callable(fn):
         raise ValueError(f"reward term {name!r} is not a function")
     return fn

@@ -1,5 +1,6 @@
 """Checks that a run can start, made before anything is written: the device exists, the
-model's folder and config are intact, and the LoRA targets and rank fit the model.
+model's folder and config are intact, the LoRA targets and rank fit the model, and the
+estimator can be imported.
 
 Nothing here reads weights: the model is built on the ``meta`` device (every module and
 shape, no storage), so a 0.5B model costs about what the tiny one does.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ragen import envs, models
-from ragen.config import Config, ConfigError, ModelConfig, is_device
+from ragen.config import Config, ConfigError, ModelConfig, import_estimator, is_device
 
 ALL_LINEAR = "all-linear"
 
@@ -19,6 +20,7 @@ def check_runnable(config: Config) -> None:
     """Raise ConfigError (or ModelError) with one line if ``config`` cannot train here."""
     check_device(config.trainer.device)
     check_demonstrations(config, [config.env.name, *config.env.eval_names])
+    import_estimator(config)  # user code, imported only now that a run starts
     m = config.model
     skeleton = models.build_skeleton(m.spec, allow_download=m.allow_download)
     if m.lora_rank > 0:

@@ -24,13 +24,13 @@ import torch
 from tqdm import tqdm
 
 from ragen import models
-from ragen.algos import NEEDS_CRITIC, estimate, select_groups, whiten
-from ragen.config import Config, ConfigError, to_dict
+from ragen.algos import Coefficients, estimate, select_groups, whiten
+from ragen.config import Config, ConfigError, import_estimator, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
 from ragen.monitor.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
 from ragen.monitor.metrics_logger import MetricsLogger
-from ragen.monitor.rundir import RunDir
+from ragen.monitor.rundir import BEFORE_TRAINING, RunDir
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.backends import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
@@ -90,7 +90,7 @@ def build_models(config: Config, device: torch.device) -> Models:
     m, t, a = config.model, config.trainer, config.algo
     policy, tokenizer = load_master_policy(config, device)
     critic = None
-    if a.estimator in NEEDS_CRITIC:
+    if a.trains_critic():
         critic = models.ValueModel(copy.deepcopy(policy)).to(device)
     if m.lora_rank > 0:
         policy = models.apply_lora(policy, m.lora_rank, m.lora_alpha, m.lora_targets)
@@ -174,7 +174,10 @@ class Trainer:
         self.rollouts_step = -1
 
     def build(self) -> Models:
-        """The models and optimisers this loop trains."""
+        """The models and optimisers this loop trains; first the estimator is imported (user
+        code, imported as the run starts), so one that cannot be is refused before a model
+        loads rather than after the first rollout."""
+        import_estimator(self.config)
         return build_models(self.config, self.device)
 
     @property
@@ -186,8 +189,10 @@ class Trainer:
 
     def train(self) -> None:
         main = distributed.is_main()
-        # The budget is the training's: work done with the trainer before (a base-model
-        # evaluation, say) does not count against it.
+        if self.config.trainer.eval_before and self.start_step == 0:
+            # Not the rollback target's figure (eval_success): no checkpoint holds this policy.
+            self.evaluate(BEFORE_TRAINING)
+        # The budget is the training's: the evaluation before it does not count against it.
         self.started = time.monotonic()
         with (
             self._logger() if main else nullcontext() as log,  # rank 0 writes the run directory
@@ -330,10 +335,7 @@ class Trainer:
             values=scored["values"],
             scores=batch.scores.to(self.device),
             group_ids=batch.group_ids.to(self.device),
-            gamma=c.algo.gamma,
-            lam=c.algo.lam,
-            turn_gamma=c.algo.turn_gamma,
-            norm_by_std=c.algo.grpo_norm_by_std,
+            coefs=Coefficients.of(c.algo),
         )
         if c.algo.whitens():
             # Over the whole kept batch (every rank holds all of it: no collective), as RAGEN's
@@ -401,9 +403,18 @@ class Trainer:
 
     def maybe_evaluate(self, step: int, last: bool = False) -> dict[str, float]:
         """Evaluate on fixed seeds at the eval temperature when ``evaluates`` says so."""
-        t = self.config.trainer
         if not self.evaluates(step, last):
             return {}
+        metrics = self.evaluate(step)
+        successes = [v for k, v in metrics.items() if k.endswith("/success")]
+        self.eval_success = sum(successes) / len(successes)
+        return metrics
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Evaluate the policy as it is after ``step`` (BEFORE_TRAINING: as it starts) on
+        every eval env; each summary goes to eval.jsonl, and its headline figures are
+        returned as ``eval/<env>/<figure>`` metrics."""
+        t = self.config.trainer
         metrics = {}
         for env in self.config.env.eval_names or [self.config.env.name]:
             request = EvalRequest(env=env, n=t.eval_episodes, temperature=t.eval_temperature)
@@ -416,12 +427,11 @@ class Trainer:
                     append_jsonl(self.run.evals, [{"step": step, **summary}])
             for key in ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean"):
                 metrics[f"eval/{env}/{key}"] = summary[key]
+            when = "before training" if step == BEFORE_TRAINING else f"step {step}"
             say(
-                f"[step {step}] eval {env}: success {summary['success']:.1%}, format-ok "
+                f"[{when}] eval {env}: success {summary['success']:.1%}, format-ok "
                 f"{summary['format_ok']:.1%} ({request.n} seeds, T={request.temperature:g})"
             )
-        successes = [v for k, v in metrics.items() if k.endswith("/success")]
-        self.eval_success = sum(successes) / len(successes)
         return metrics
 
     def maybe_measure_templates(self, step: int, trajectories: list[Trajectory]) -> dict:
@@ -630,13 +640,21 @@ def check_resume(run: RunDir, saved: Config, asked: Config, *, sft: bool = False
                 f"config: {key}={after} cannot apply to {run.root}, whose checkpoints were "
                 f"trained with {key}={before}: drop the override, or start a new run with --out"
             )
-    critic = saved.algo.estimator in NEEDS_CRITIC
-    if not sft and critic != (asked.algo.estimator in NEEDS_CRITIC):
-        held, want = ("hold", "one of") if critic else ("hold no", "none of")
+    critic = saved.algo.trains_critic()
+    if not sft and critic != asked.algo.trains_critic():
+        a = asked.algo
+        if a.estimator != saved.algo.estimator:
+            change = f"algo.estimator={a.estimator}"
+        else:  # the user's estimator, with or without algo.critic
+            change = f"algo.critic={'null' if a.critic is None else str(a.critic).lower()}"
+        held, fix = (
+            ("hold a", "an estimator with a critic: gae, bi_level_gae, or algo.critic=true")
+            if critic
+            else ("hold no", "one without: grpo, rloo, reinforce_pp, or algo.critic=false")
+        )
         raise ConfigError(
-            f"config: algo.estimator={asked.algo.estimator} cannot apply to {run.root}, whose "
-            f"checkpoints {held} critic (algo.estimator={saved.algo.estimator}): use {want} "
-            f"{', '.join(sorted(NEEDS_CRITIC))}, or start a new run with --out"
+            f"config: {change} cannot apply to {run.root}, whose checkpoints {held} critic "
+            f"(algo.estimator={saved.algo.estimator}): use {fix}; or start a new run with --out"
         )
     done = checkpoint.complete_checkpoints(run)
     loop = checkpoint.written_by(done[-1]) if done else None

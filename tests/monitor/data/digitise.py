@@ -1,0 +1,360 @@
+"""Read the raw metric values of real runs back from their committed report plots.
+
+The RL runs under docs/ kept only their `ragen report` PNGs, not metrics.jsonl. Each plot
+draws a run's raw values as a faint line (alpha 0.25) under its EMA: this script finds the
+axes, maps the tick marks to the tick labels (read by eye from the images, written below),
+fits a straight line to the faint pixels of every segment between two steps and takes the
+value where the fits of the two segments meeting at a step cross it (at step 0 the EMA
+equals the raw value, so the solid line is read there; where the faint line is hidden under
+the solid one, the solid one). Success counts 32 episodes a step and Bandit's
+distinct-reply share is a mean of k/4 over 8 groups, so both are snapped to k/32.
+
+Checked against the two runs whose metrics.jsonl are committed (bandit_ppo_lr1e-4.jsonl is
+docs/learn-bandit, bandit_starpo_s_grpo_lr3e-4.jsonl the orange run of docs/collapse-bandit):
+every snapped value exact (3.1 pixels off at most before snapping), every other value
+within 2.1 pixels. ``read_error`` is, per metric, the larger of 3 pixels and the two segment
+fits' disagreement, in data units (in decades for the log-scaled gradient norm).
+
+    .venv/bin/python tests/monitor/data/digitise.py    # rewrites digitised_runs.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[3]
+OUT = Path(__file__).with_name("digitised_runs.json")
+COLORS = {"C0": (31, 119, 180), "C1": (255, 127, 14)}  # matplotlib's first two colours
+PANELS = {  # plot file: (panel index, metric)
+    "success": [(0, "rollout/success")],
+    "reward": [(0, "rollout/reward_mean"), (1, "rollout/reward_std")],
+    "entropy": [(0, "actor/entropy")],
+    "grad_norm": [(0, "actor/grad_norm")],
+    "diversity": [(0, "diversity/distinct_reply"), (1, "diversity/distinct_2gram_think")],
+}
+LOG = {"actor/grad_norm"}
+RATIOS = {"diversity/distinct_reply", "diversity/distinct_2gram_think"}
+
+
+def ticks(*values, minor=False):
+    """Tick labels from the top of the axis down; ``minor``: labelled minor log ticks."""
+    return list(values), minor
+
+
+BANDIT_LR1E4 = {
+    "rollout/success": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2),
+    "rollout/reward_mean": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+    "rollout/reward_std": ticks(0.2, 0.15, 0.1, 0.05, 0.0),
+    "actor/entropy": ticks(1.4, 1.2, 1.0, 0.8, 0.6, 0.4, 0.2),
+    "actor/grad_norm": ticks(1, 0.1, 0.01),
+    "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4),
+    "diversity/distinct_2gram_think": ticks(0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25),
+}
+COLLAPSE_BANDIT = {
+    "rollout/success": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+    "rollout/reward_mean": ticks(0.2, 0.15, 0.1, 0.05, 0.0, -0.05, -0.1),
+    "rollout/reward_std": ticks(0.2, 0.175, 0.15, 0.125, 0.1, 0.075, 0.05, 0.025, 0.0),
+    "actor/entropy": ticks(4, 3, 2, 1, 0),
+    "actor/grad_norm": ticks(1, 0.1, 0.01),
+    "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4),
+    "diversity/distinct_2gram_think": ticks(0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2),
+}
+RUNS = {
+    "bandit-starpo-grpo-lr1e-4": {
+        "report": "docs/bandit-grpo-lr1e-4",
+        "run": "collapse-grpo",
+        "preset": "bandit-starpo",
+        "command": "ragen train bandit-starpo algo.estimator=grpo (stopped after 11 steps)",
+        "what": "StarPO, GRPO at lr 1e-4: rollout success 19% -> 97-100% from step 7 with a "
+        "one-step dip to 56% at step 6, evaluation 100% at step 6; distinct replies in a "
+        "group 0.97 -> 0.34 at step 9 (docs/results.md, README)",
+        "color": "C0",
+        "steps": 11,
+        "x_every": 2,
+        "ticks": BANDIT_LR1E4,
+    },
+    "bandit-starpo-grpo-lr3e-4": {
+        "report": "docs/collapse-bandit",
+        "run": "bandit-starpo-grpo-3e-4",
+        "preset": "bandit-starpo",
+        "command": "ragen train bandit-starpo algo.estimator=grpo trainer.actor_lr=3e-4 "
+        "(as docs/results.md describes it; stopped after 6 steps)",
+        "what": "StarPO, GRPO at lr 3e-4: broke in its first update, rollout success 19% -> "
+        "0% from step 1 on, no reply well-formed, entropy up to 4.4 nats, evaluation 0% "
+        "at step 3 (docs/results.md)",
+        "color": "C0",
+        "steps": 6,
+        "x_every": 1,
+        "ticks": COLLAPSE_BANDIT,
+        # Hidden under the StarPO-S curve drawn over it; step 0's rollouts are the same in
+        # both runs (same seed and model: their success, reward and bigram readings agree),
+        # so the StarPO-S recording's value is used.
+        "fill": {(0, "diversity/distinct_reply"): 0.96875},
+    },
+    "learn-sokoban": {
+        "report": "docs/learn-sokoban",
+        "run": "learn-sokoban-s16",
+        "preset": "sokoban",
+        "command": "python benchmarks/learn.py sokoban env.eval_names=[sokoban] "
+        "trainer.eval_every=0 trainer.save_every=0 --minutes 50 --eval-n 256 --temperature 0.5",
+        "what": "StarPO-S, PPO with a critic at lr 1e-5: rollout success 3%, 3%, 9%, 0%, 9%, "
+        "12.5% (noise), format kept, 256-seed evaluation 11.7% -> 8.6% (within 1.2 standard "
+        "errors) (docs/results.md)",
+        "color": "C0",
+        "steps": 6,
+        "x_every": 1,
+        "ticks": {
+            "rollout/success": ticks(0.12, 0.1, 0.08, 0.06, 0.04, 0.02, 0.0),
+            "rollout/reward_mean": ticks(0.8, 0.6, 0.4, 0.2, 0.0, -0.2, -0.4),
+            "rollout/reward_std": ticks(0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2),
+            "actor/entropy": ticks(1.6, 1.5, 1.4, 1.3, 1.2, 1.1, 1.0),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, minor=True),
+            "diversity/distinct_reply": ticks(0.98, 0.96, 0.94, 0.92, 0.9, 0.88),
+            "diversity/distinct_2gram_think": ticks(0.5, 0.45, 0.4, 0.35, 0.3),
+        },
+    },
+    "learn-frozen-lake": {
+        "report": "docs/learn-frozen-lake",
+        "run": "learn-frozen-lake-s17b",
+        "preset": "frozen-lake",
+        "command": "python benchmarks/learn.py frozen-lake env.eval_names=[frozen-lake] "
+        "trainer.eval_every=0 trainer.save_every=0 --minutes 40 --eval-n 256 --temperature 0.5",
+        "what": "StarPO-S, PPO with a critic at lr 1e-5: rollouts at T=1 never reached the "
+        "goal (0 of 32 at every step), entropy 2.0 -> 2.9, 256-seed evaluation 5.08% -> "
+        "5.47% (docs/results.md)",
+        "color": "C0",
+        "steps": 6,
+        "x_every": 1,
+        "ticks": {
+            "rollout/success": ticks(0.04, 0.02, 0.0, -0.02, -0.04),
+            "rollout/reward_mean": ticks(-0.14, -0.145, -0.15, -0.155, -0.16),
+            "rollout/reward_std": ticks(0.1, 0.09, 0.08, 0.07, 0.06, 0.05),
+            "actor/entropy": ticks(2.8, 2.6, 2.4, 2.2, 2.0),
+            "actor/grad_norm": ticks(0.3, 0.2, minor=True),
+            "diversity/distinct_reply": ticks(1.0, 0.99, 0.98, 0.97, 0.96),
+            "diversity/distinct_2gram_think": ticks(0.8, 0.78, 0.76, 0.74, 0.72, 0.7, 0.68, 0.66),
+        },
+    },
+}
+CHECKS = {  # runs with an exact recording, to measure the reading error against
+    "bandit_ppo_lr1e-4.jsonl": (
+        "docs/learn-bandit",
+        "C0",
+        11,
+        2,
+        BANDIT_LR1E4
+        | {
+            "rollout/reward_std": ticks(0.2, 0.175, 0.15, 0.125, 0.1, 0.075, 0.05, 0.025, 0.0),
+            "actor/entropy": ticks(0.8, 0.6, 0.4, 0.2, 0.0),
+            "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3),
+        },
+    ),
+    "bandit_starpo_s_grpo_lr3e-4.jsonl": ("docs/collapse-bandit", "C1", 8, 1, COLLAPSE_BANDIT),
+}
+
+
+def _runs(indices) -> list[tuple[int, int]]:
+    """Sorted ints grouped into (first, last) runs of consecutive values."""
+    out: list[list[int]] = []
+    for i in indices:
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return [(a, b) for a, b in out]
+
+
+def _axes(im: np.ndarray) -> tuple[list[tuple[int, int, int, int]], np.ndarray]:
+    """Axes boxes (x0, x1, y0, y1) from the black spines, and the dark-pixel mask."""
+    dark = im.sum(2) < 3 * 80
+
+    def long_lines(mask):
+        hits = [
+            i
+            for i in range(mask.shape[0])
+            if max((b - a for a, b in _runs(np.nonzero(mask[i])[0])), default=0) > 150
+        ]
+        return [a for a, _ in _runs(hits)]
+
+    cols, rows = long_lines(dark.T), long_lines(dark)
+    return [(cols[i], cols[i + 1], rows[0], rows[-1]) for i in range(0, len(cols), 2)], dark
+
+
+def _tick_pixels(dark, box, minor):
+    """Centres of the tick marks left of the y axis (major ones reach 4 px out) and under
+    the x axis."""
+    x0, x1, y0, y1 = box
+    column = dark[:, x0 - (2 if minor else 4)]
+    left = [(a + b) / 2 for a, b in _runs(np.nonzero(column)[0]) if y0 - 3 <= a <= y1 + 3]
+    under = [(a + b) / 2 for a, b in _runs(np.nonzero(dark[y1 + 4])[0]) if x0 - 3 <= a <= x1 + 3]
+    return left, under
+
+
+def _legend(im, box):
+    """The legend's frame (light grey, inside the axes), to leave out, or None."""
+    x0, x1, y0, y1 = box
+    sub = im[y0 + 2 : y1 - 1, x0 + 2 : x1 - 1]
+    grey = (sub.max(2) - sub.min(2) < 8) & (sub.mean(2) > 195) & (sub.mean(2) < 226)
+    found = [
+        (y, a, b)
+        for y in range(grey.shape[0])
+        for a, b in _runs(np.nonzero(grey[y])[0])
+        if b - a >= 40
+    ]
+    if not found:
+        return None
+    xa, xb = min(f[1] for f in found), max(f[2] for f in found)
+    ya, yb = min(f[0] for f in found), max(f[0] for f in found)
+    return x0 + xa - 1, x0 + xb + 6, y0 + ya - 1, y0 + yb + 6
+
+
+def _coverage(im, color):
+    """Alpha of ``color`` over white per pixel (least squares over the channels), and how
+    far the pixel is from that blend (largest channel residual, in grey levels)."""
+    c = 255 - np.array(color, float)
+    d = 255 - im
+    a = (d * c).sum(-1) / (c * c).sum()
+    return a, np.abs(d - a[..., None] * c).max(-1)
+
+
+def _read_panel(im, box, color, xpix):
+    """(y pixel, disagreement in px, how read) of the raw value at each x in ``xpix``."""
+    _, _, y0, y1 = box
+    a, residual = _coverage(im, color)
+    solid = (a > 0.45) & (residual < 8.5)
+    near_solid = solid.copy()
+    for shift in (-2, -1, 1, 2):
+        near_solid |= np.roll(solid, shift, 0) | np.roll(solid, shift, 1)
+    faint = (a > 0.04) & (a < 0.3) & (residual < 3.4) & ~near_solid
+    legend = _legend(im, box)
+    if legend:
+        lx0, lx1, ly0, ly1 = legend
+        faint[ly0:ly1, lx0:lx1] = solid[ly0:ly1, lx0:lx1] = False
+    ends: list[list[float]] = [[] for _ in xpix]
+    for i in range(len(xpix) - 1):
+        xs, ys = [], []
+        for x in range(int(np.ceil(xpix[i] + 3)), int(np.floor(xpix[i + 1] - 3)) + 1):
+            runs = _runs(np.nonzero(faint[y0 + 2 : y1 - 1, x])[0] + y0 + 2)
+            if len(runs) == 1:
+                rows = np.arange(runs[0][0], runs[0][1] + 1)
+                xs.append(x)
+                ys.append(float((rows * a[rows, x]).sum() / a[rows, x].sum()))
+        if len(xs) < 4:
+            continue
+        xs_, ys_ = np.array(xs), np.array(ys)
+        keep = np.ones(len(xs_), bool)
+        for _ in range(3):  # drop columns where another line crosses
+            slope, icept = np.polyfit(xs_[keep], ys_[keep], 1)
+            res = np.abs(ys_ - (slope * xs_ + icept))
+            keep = res < max(1.5, 3 * np.median(res[keep]))
+        ends[i].append(slope * xpix[i] + icept)
+        ends[i + 1].append(slope * xpix[i + 1] + icept)
+    out = []
+    for i, x in enumerate(xpix):
+        column = np.nonzero(solid[y0 + 2 : y1 - 1, int(x + 0.5)])[0] + y0 + 2
+        runs = _runs(column)
+        on_solid = [(runs[0][0] + runs[0][1]) / 2] if len(runs) == 1 else []
+        if i == 0 and on_solid:
+            out.append((on_solid[0], 0.0, "solid"))
+        elif ends[i]:
+            out.append((float(np.mean(ends[i])), float(np.ptp(ends[i])), "faint"))
+        elif on_solid:
+            out.append((on_solid[0], 0.0, "under the solid line"))
+        else:
+            out.append((None, None, "not found"))
+    return out
+
+
+def read_run(report, color, steps, x_every, tick_labels):
+    """{metric: [(value, read error, how read) per step]} of one run's curves."""
+    out = {}
+    for plot, panels in PANELS.items():
+        im = np.asarray(Image.open(ROOT / report / f"{plot}.png").convert("RGB")).astype(float)
+        boxes, dark = _axes(im)
+        for index, metric in panels:
+            labels, minor = tick_labels[metric]
+            left, under = _tick_pixels(dark, boxes[index], minor)
+            assert len(left) == len(labels), (report, metric, left, labels)
+            scale = np.log10(labels) if metric in LOG else np.array(labels, float)
+            per_px, at0 = np.polyfit(left, scale, 1)  # data (or decades) per pixel
+            x_per_step, x_at0 = np.polyfit([x_every * i for i in range(len(under))], under, 1)
+            xpix = [x_per_step * s + x_at0 for s in range(steps)]
+            rows = []
+            for y, spread, how in _read_panel(im, boxes[index], COLORS[color], xpix):
+                if y is None:
+                    rows.append((None, None, how))
+                    continue
+                value = per_px * y + at0
+                value = 10**value if metric in LOG else value
+                rows.append((float(value), max(3.0, spread) * abs(per_px), how))
+            out[metric] = rows
+    return out
+
+
+def records(readings, steps, snap_ratio, fill=None):
+    """metrics.jsonl-like records, and the read error of each metric."""
+    recs, error = [], {}
+    for step in range(steps):
+        record = {"step": step}
+        for metric, rows in readings.items():
+            value, err, _ = rows[step]
+            if value is None:
+                value, err = (fill or {})[(step, metric)], 0.0
+            if metric == "rollout/success" or (snap_ratio and metric == "diversity/distinct_reply"):
+                value, err = round(value * 32) / 32, 0.0
+            elif metric in LOG:
+                value = float(f"{value:.4g}")
+            else:
+                value = (
+                    round(value, 4)
+                    if metric == "rollout/reward_mean"
+                    else max(round(value, 4), 0.0)
+                )
+                value = min(value, 1.0) if metric in RATIOS else value
+            record[metric] = value
+            error[metric] = max(error.get(metric, 0.0), err)
+        recs.append(record)
+    return recs, {k: float(f"{v:.2g}") for k, v in error.items()}
+
+
+def main() -> None:
+    for name, (report, color, steps, x_every, labels) in CHECKS.items():
+        got, _ = records(read_run(report, color, steps, x_every, labels), steps, True)
+        exact = [
+            json.loads(line) for line in Path(__file__).with_name(name).read_text().splitlines()
+        ]
+        worst = {}
+        for mine, true in zip(got, exact, strict=True):
+            for k, v in mine.items():
+                diff = abs(np.log10(v / true[k])) if k in LOG else abs(v - true[k])
+                worst[k] = max(worst.get(k, 0.0), float(diff))
+        print(f"{report} against {name}: largest difference per metric {worst}")
+    runs = {}
+    for name, run in RUNS.items():
+        readings = read_run(run["report"], run["color"], run["steps"], run["x_every"], run["ticks"])
+        recs, error = records(
+            readings, run["steps"], run["preset"].startswith("bandit"), run.get("fill")
+        )
+        keep = ("report", "run", "preset", "command", "what")
+        runs[name] = {**{k: run[k] for k in keep}, "read_error": error, "records": recs}
+    lines = ["{", '  "runs": {']
+    for i, (name, run) in enumerate(runs.items()):
+        head = {k: v for k, v in run.items() if k != "records"}
+        lines.append(f"    {json.dumps(name)}: {{")
+        lines += [f"      {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+        lines.append('      "records": [')
+        lines += [f"        {json.dumps(r)}," for r in run["records"]]
+        lines[-1] = lines[-1].rstrip(",")
+        lines.append("      ]")
+        lines.append("    }" + ("," if i < len(runs) - 1 else ""))
+    lines += ["  }", "}"]
+    OUT.write_text("\n".join(lines) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

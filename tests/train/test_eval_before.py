@@ -1,0 +1,53 @@
+"""trainer.eval_before: the starting policy evaluated once, at step -1, changing nothing else."""
+
+from ragen import config
+from ragen.monitor.jsonl import read_jsonl
+from ragen.monitor.rundir import BEFORE_TRAINING, RunDir, create_run_dir
+from ragen.train.trainer import Trainer
+
+TINY_BANDIT = [
+    "model.spec=tiny",
+    "algo.estimator=grpo",  # critic-free: the cheapest real run
+    "rollout.groups=4",
+    "rollout.group_size=2",
+    "rollout.max_reply_tokens=6",
+    "trainer.mini_batch_size=4",
+    "trainer.micro_batch_size=2",
+    "trainer.eval_every=2",
+    "trainer.eval_episodes=2",
+    "trainer.save_every=2",
+    "env.eval_names=[bandit]",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
+
+
+def _train(root, *overrides, resume=False):
+    cfg = config.load("bandit", [*TINY_BANDIT, *overrides])
+    run = RunDir(root)
+    if not resume:
+        create_run_dir(run.root, cfg)
+    Trainer(cfg, run, resume=resume).train()
+    return run
+
+
+def _training(run):
+    """The run's metrics without its wall-clock figures."""
+    return [
+        {k: v for k, v in r.items() if not k.startswith(("time", "perf/"))}
+        for r in read_jsonl(run.metrics).records
+    ]
+
+
+def test_the_base_evaluation_is_recorded_once_and_changes_no_training_step(tmp_path):
+    plain = _train(tmp_path / "plain", "trainer.steps=3")
+    run = _train(tmp_path / "base", "trainer.steps=2", "trainer.eval_before=true")
+    _train(tmp_path / "base", "trainer.steps=3", "trainer.eval_before=true", resume=True)
+    evals = read_jsonl(run.evals).records
+    # before training, after step 1 (eval_every=2), after the last step; the resume from
+    # step 2 does not evaluate the starting policy again
+    assert [e["step"] for e in evals] == [BEFORE_TRAINING, 1, 2]
+    assert evals[0]["env"] == "bandit" and evals[0]["episodes"] == 2
+    # the base evaluation samples from its own seeds: every training step is as without it
+    assert _training(run) == _training(plain)
+    assert [e["step"] for e in read_jsonl(plain.evals).records] == [1, 2]
