@@ -345,10 +345,16 @@ def test_a_relative_extends_is_read_from_the_folder_of_the_file_saying_it(tmp_pa
     ],
 )
 def test_advantage_whitening_follows_the_estimator_unless_set(overrides, whitens):
-    c = config.load("bandit", overrides)
+    c = config.load("sokoban", overrides)
     assert c.algo.whitens() is whitens
     if not any("whiten" in o for o in overrides):  # the default is shown as null
         assert "whiten_advantages: null" in config.to_yaml(c)
+
+
+@pytest.mark.parametrize("preset", ["bandit", "bandit-starpo", "bandit-gpu", "bandit-starpo-gpu"])
+def test_the_bandit_presets_keep_raw_advantages(preset):
+    # make demo collapsed with whitened ones and learned with raw ones (docs/results.md)
+    assert config.load(preset).algo.whitens() is False
 
 
 def test_top_p_bounds_the_mini_batch_by_every_episode():
