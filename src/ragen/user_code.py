@@ -8,6 +8,7 @@ does only when a run starts.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 
 def is_import_name(name: str) -> bool:
@@ -36,3 +37,11 @@ def import_name(name: str, what: str) -> object:
         ) from None
     except (ImportError, AttributeError) as err:
         raise ValueError(f"{what} {name!r} cannot be imported: {err}") from None
+
+
+def import_function(name: str, what: str) -> Callable:
+    """`import_name`, and a ValueError unless what it names can be called."""
+    fn = import_name(name, what)
+    if not callable(fn):
+        raise ValueError(f"{what} {name!r} is {type(fn).__name__}, not a function")
+    return fn

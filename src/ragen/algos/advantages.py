@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from ragen.config import NEEDS_CRITIC, AlgoConfig
-from ragen.user_code import import_name, is_import_name
+from ragen.user_code import import_function, is_import_name
 
 __all__ = [
     "ESTIMATORS",
@@ -564,10 +564,7 @@ def resolve(name: str) -> Estimator:
     check_name(name)
     if name in ESTIMATORS:
         return ESTIMATORS[name]
-    fn = import_name(name, "estimator")
-    if not callable(fn):
-        raise ValueError(f"estimator {name!r} is {type(fn).__name__}, not a function")
-    return fn  # type: ignore[return-value]  # its call shape is the user's promise
+    return import_function(name, "estimator")  # its call shape is the user's promise
 
 
 def estimate(

@@ -34,7 +34,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from ragen import config
 from ragen import metric_names as names
@@ -164,7 +164,7 @@ class CollapseDetector:
     def update(self, step: int, metrics: dict) -> list[Alert]:
         """Take one step's metrics (non-numeric and non-finite values are ignored)."""
         self.steps_seen += 1
-        values = {k: float(v) for k, v in metrics.items() if _is_number(v)}
+        values = {k: float(v) for k, v in metrics.items() if is_finite_number(v)}
         warm = self.steps_seen > self.config.warmup_steps
         for name in {
             names.REWARD_MEAN,
@@ -294,7 +294,8 @@ def _crossed(track: _Track, fall: float, need: float) -> bool:
     return track.active
 
 
-def _is_number(value) -> bool:
+def is_finite_number(value: object) -> TypeGuard[int | float]:
+    """A metric value worth reading: an int or float (not a bool), finite."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

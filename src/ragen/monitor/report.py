@@ -17,14 +17,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeGuard
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ragen import metric_names as names
-from ragen.monitor.collapse import Alert, detector_settings, replay
+from ragen.monitor.collapse import Alert, detector_settings, is_finite_number, replay
 from ragen.monitor.jsonl import RunDirError, read_jsonl
 from ragen.monitor.rundir import BEFORE_TRAINING, RunDir, check_metrics
 
@@ -168,13 +167,9 @@ def read_evals(run: RunDir) -> list[dict]:
         for r in read_jsonl(run.evals).records
         if isinstance(r.get("step"), int)
         and isinstance(r.get("env"), str)
-        and _number(r.get("success"))
+        and is_finite_number(r.get("success"))
         and 0.0 <= r["success"] <= 1.0
     ]
-
-
-def _number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ---------------------------------------------------------------------------- data
@@ -210,7 +205,7 @@ def series(records: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
     steps, values = [], []
     for r in records:
         v = r.get(key)
-        if _number(v):
+        if is_finite_number(v):
             steps.append(r["step"])
             values.append(float(v))
     return steps, values

@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from ragen.rollout.trajectory import Turn
-from ragen.user_code import import_name, is_import_name
+from ragen.user_code import import_function, is_import_name
 
 TermFn = Callable[[Turn], float]
 ALWAYS = ("env", "format")
@@ -66,10 +66,7 @@ def resolve(name: str) -> TermFn:
     check_name(name)
     if name in BUILTIN:
         return BUILTIN[name]
-    fn = import_name(name, "reward term")
-    if not callable(fn):
-        raise ValueError(f"reward term {name!r} is not a function")
-    return fn
+    return import_function(name, "reward term")
 
 
 def shaping(turn: Turn, terms: Mapping[str, tuple[TermFn, float]]) -> dict[str, float]:

@@ -191,7 +191,7 @@ class Trainer:
         main = distributed.is_main()
         if self.config.trainer.eval_before and self.start_step == 0:
             # Not the rollback target's figure (eval_success): no checkpoint holds this policy.
-            self.evaluate(BEFORE_TRAINING)
+            self.evaluate_policy(BEFORE_TRAINING)
         # The budget is the training's: the evaluation before it does not count against it.
         self.started = time.monotonic()
         with (
@@ -405,12 +405,12 @@ class Trainer:
         """Evaluate on fixed seeds at the eval temperature when ``evaluates`` says so."""
         if not self.evaluates(step, last):
             return {}
-        metrics = self.evaluate(step)
+        metrics = self.evaluate_policy(step)
         successes = [v for k, v in metrics.items() if k.endswith("/success")]
         self.eval_success = sum(successes) / len(successes)
         return metrics
 
-    def evaluate(self, step: int) -> dict[str, float]:
+    def evaluate_policy(self, step: int) -> dict[str, float]:
         """Evaluate the policy as it is after ``step`` (BEFORE_TRAINING: as it starts) on
         every eval env; each summary goes to eval.jsonl, and its headline figures are
         returned as ``eval/<env>/<figure>`` metrics."""
