@@ -154,6 +154,9 @@ ESTIMATOR_NAMES: tuple[str, ...] = ("gae", "grpo", "bi_level_gae", "rloo", "rein
 """ragen's estimators; algo.estimator may also name the user's own, package.module:function."""
 NEEDS_CRITIC: frozenset[str] = frozenset({"gae", "bi_level_gae"})
 """ragen's estimators that read the critic's values (for the user's: algo.critic)."""
+ROW_BY_ROW: frozenset[str] = frozenset({"gae", "bi_level_gae"})
+"""ragen's critic estimators whose advantages and returns of a row read that row alone (no
+batch statistics): the update can estimate them micro-batch by micro-batch."""
 NEEDS_GROUPS: frozenset[str] = frozenset({"grpo", "rloo"})
 """ragen's estimators whose baseline is the other rollouts of the group (group_size >= 2)."""
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
@@ -271,6 +274,14 @@ class TrainerConfig:
     """Episodes per optimiser step."""
     micro_batch_size: int = opt(4, ge=1, le=MAX_EPISODES_PER_STEP)
     """Episodes per forward/backward pass (gradients accumulate up to mini_batch_size)."""
+    scoring_pass: Literal["auto", "always"] = "auto"
+    """Whether old log-probs and values get a forward pass over the batch of their own before
+    the update. auto: not when the update is exactly on-policy (one epoch, the whole kept
+    batch in one mini-batch, one process or ddp): its own forward runs the same weights on
+    the same rows, so it gives them; the critic is then updated first, micro-batch by
+    micro-batch, and its values give the advantages (gae and bi_level_gae, which work row by
+    row; other estimators with a critic keep a values pass). always: the pass every update
+    made before (and every off-policy one makes)."""
     eval_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps; 0 never."""
     eval_before: bool = False

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from ragen import phases
 from ragen.rollout.sampling import choose, row_generators
 from ragen.sysmem import available_memory
 
@@ -253,9 +254,10 @@ class NaiveGenerator:
         samples: list[Sample] = []
         for start in range(0, len(requests), size):
             chunk = slice(start, start + size)
-            samples += self._chunk(
-                requests[chunk], generators[chunk], max_new_tokens, temperature, top_p
-            )
+            with phases.timed(phases.ROLLOUT_DECODE):
+                samples += self._chunk(
+                    requests[chunk], generators[chunk], max_new_tokens, temperature, top_p
+                )
         self.stats.generated_tokens += sum(len(s.token_ids) for s in samples)
         return samples
 
@@ -406,8 +408,9 @@ class CachedGenerator:
         self._drop_stale()
         jobs = self._plan(requests)
         distinct = list({id(j): j for j in jobs}.values())
-        self._share_opening(distinct)
-        self._prefill(distinct)
+        with phases.timed(phases.ROLLOUT_PREFILL):
+            self._share_opening(distinct)
+            self._prefill(distinct)
         generators = request_generators(seed, requests)
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
         size = self.max_batch or auto_max_batch(self.model, longest)
@@ -416,8 +419,11 @@ class CachedGenerator:
         samples: dict[int, Sample] = {}
         for start in range(0, len(order), size):
             rows = order[start : start + size]
-            batch = self._start_batch(rows, jobs, max_new_tokens)
-            samples |= self._decode(batch, requests, generators, max_new_tokens, temperature, top_p)
+            with phases.timed(phases.ROLLOUT_DECODE):
+                batch = self._start_batch(rows, jobs, max_new_tokens)
+                samples |= self._decode(
+                    batch, requests, generators, max_new_tokens, temperature, top_p
+                )
         self.stats.generated_tokens += sum(len(s.token_ids) for s in samples.values())
         return [samples[i] for i in range(len(requests))]
 

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ragen import envs
+from ragen import envs, phases
 from ragen.agent.parsing import parse_reply
 from ragen.agent.prompts import (
     SYSTEM_PROMPT,
@@ -234,14 +234,15 @@ def rollout(
     terms = {name: (resolve(name), weight) for name, weight in spec.reward_terms}
     call = next(_CALLS)
     episodes = []
-    for group, seed in enumerate(seeds, start=first_group):
-        for copy in range(group_size):
-            env = envs.make(env_name, **(env_options or {}))
-            key, stream = (call, group, copy), group * group_size + copy
-            budget = spec.max_actions_per_episode
-            ep = _Episode(env_name, env, group, copy, int(seed), key, stream, budget)
-            _start(ep, fmt, spec)
-            episodes.append(ep)
+    with phases.timed(phases.ROLLOUT_ENV):
+        for group, seed in enumerate(seeds, start=first_group):
+            for copy in range(group_size):
+                env = envs.make(env_name, **(env_options or {}))
+                key, stream = (call, group, copy), group * group_size + copy
+                budget = spec.max_actions_per_episode
+                ep = _Episode(env_name, env, group, copy, int(seed), key, stream, budget)
+                _start(ep, fmt, spec)
+                episodes.append(ep)
     try:
         for turn in range(spec.max_turns):
             live = [ep for ep in episodes if not ep.done]
@@ -260,8 +261,9 @@ def rollout(
                 top_p=spec.top_p,
                 seed=sample_seed * 7919 + turn,
             )
-            for ep, sample in zip(live, samples, strict=True):
-                _take_turn(ep, sample, fmt, spec, terms, turn)
+            with phases.timed(phases.ROLLOUT_ENV):
+                for ep, sample in zip(live, samples, strict=True):
+                    _take_turn(ep, sample, fmt, spec, terms, turn)
             generator.release([ep.key for ep in live if ep.done])
     finally:
         generator.release([ep.key for ep in episodes])

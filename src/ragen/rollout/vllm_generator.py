@@ -37,6 +37,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from ragen import phases
 from ragen.rollout.generator import (
     GenerationStats,
     Request,
@@ -207,7 +208,8 @@ class VLLMGenerator:
             for request_seed in seeds
         ]
         prompts = [TokensPrompt(prompt_token_ids=list(r.context_ids)) for r in requests]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        with phases.timed(phases.ROLLOUT_DECODE):  # the engine's prefill included
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
         samples = []
         for request, output in zip(requests, outputs, strict=True):
             samples.append(self._sample(output.outputs[0], max_new_tokens))

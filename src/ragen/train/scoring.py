@@ -31,17 +31,19 @@ def score_batch(
 ) -> dict[str, torch.Tensor | None]:
     """Old log-probs (and reference log-probs, values) for a whole batch, in micro-batches.
 
-    ``ref_logprobs(ids, mask, loss_mask) -> (B, T)`` scores under the frozen reference; it and
-    ``critic`` may be None (no KL term; no critic). Returns (B, T) tensors.
+    ``ref_logprobs(ids, mask, loss_mask) -> (B, T)`` scores under the frozen reference; it,
+    ``policy`` and ``critic`` may be None (no KL term; old log-probs or values left to the
+    update; no critic), and so is their entry. Returns (B, T) tensors.
     """
     old, refs, values = [], [], []
     for rows in torch.arange(len(input_ids)).split(micro_batch):
         ids, mask, sampled = input_ids[rows], attention_mask[rows], loss_mask[rows]
-        old.append(
-            policy_logprobs(
-                policy, ids, mask, sampled, temperature=temperature, with_entropy=False
-            )[0]
-        )
+        if policy is not None:
+            old.append(
+                policy_logprobs(
+                    policy, ids, mask, sampled, temperature=temperature, with_entropy=False
+                )[0]
+            )
         if ref_logprobs is not None:
             refs.append(ref_logprobs(ids, mask, sampled))
         if critic is not None:
@@ -52,7 +54,7 @@ def score_batch(
         return torch.cat(parts) if parts else torch.zeros(input_ids.shape, device=input_ids.device)
 
     return {
-        "old_logprobs": joined(old),
+        "old_logprobs": joined(old) if policy is not None else None,
         "ref_logprobs": joined(refs) if ref_logprobs is not None else None,
         "values": joined(values) if critic is not None else None,
     }

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ragen import models
+from ragen import models, phases
 from ragen.algos import Coefficients, estimate, select_groups, whiten
-from ragen.config import Config, ConfigError, import_estimator, to_dict
+from ragen.config import ROW_BY_ROW, Config, ConfigError, import_estimator, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
 from ragen.monitor.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
@@ -230,6 +230,7 @@ class Trainer:
     def step(self, step: int, log: MetricsLogger | None) -> dict[str, float]:
         """One StarPO iteration; returns the metrics it logged (``log`` is None off rank 0)."""
         metrics: dict[str, float] = {}
+        phases.drain()  # what ran between steps (an evaluation, a checkpoint) is not a phase
         started = time.perf_counter()
         trajectories = self.collect(step)
         metrics["time/rollout_s"] = time.perf_counter() - started
@@ -250,6 +251,7 @@ class Trainer:
             # the same on every rank, which all filter the same gathered groups.
             say(f"[step {step}] the filter kept no group: no update this step")
             metrics.update({"actor/optimizer_steps": 0.0, "time/update_s": 0.0})
+        metrics.update({phases.metric(name): s for name, s in phases.drain().items()})
         last = self.is_last(step)  # decided once: the budget may pass during the evaluation
         metrics.update(self.maybe_measure_templates(step, trajectories))
         metrics.update(self.maybe_evaluate(step, last))
@@ -325,44 +327,75 @@ class Trainer:
         ids = batch.input_ids.to(self.device)
         mask = batch.attention_mask.to(self.device)
         loss_mask = batch.loss_mask.to(self.device)
-        scored = self.score(ids, mask, loss_mask)
-        old_logprobs = scored["old_logprobs"]
-        assert old_logprobs is not None  # score_batch always scores the policy
-        advantages, returns = estimate(
-            c.algo.estimator,
-            rewards=batch.rewards.to(self.device),
-            mask=loss_mask,
-            values=scored["values"],
-            scores=batch.scores.to(self.device),
-            group_ids=batch.group_ids.to(self.device),
-            coefs=Coefficients.of(c.algo),
-        )
-        if c.algo.whitens():
-            # Over the whole kept batch (every rank holds all of it: no collective), as RAGEN's
-            # verl code does before the PPO loss. The returns stay raw: they are the critic's
-            # targets, in reward units.
-            advantages = whiten(advantages, loss_mask)
+        rewards = batch.rewards.to(self.device)
+        on_policy = self.on_policy(len(kept))
+        critic_first = on_policy and self.m.critic is not None and c.algo.estimator in ROW_BY_ROW
+        with phases.timed(phases.SCORE):
+            scored = self.score(ids, mask, loss_mask, policy=not on_policy, critic=not critic_first)
+        if critic_first:  # the update trains the critic first and estimates from its values
+            return UpdateData(
+                input_ids=ids,
+                attention_mask=mask,
+                loss_mask=loss_mask,
+                advantages=None,
+                returns=None,
+                old_logprobs=None,
+                ref_logprobs=scored["ref_logprobs"],
+                old_values=None,
+                rewards=rewards,
+            )
+        with phases.timed(phases.ADVANTAGES):
+            advantages, returns = estimate(
+                c.algo.estimator,
+                rewards=rewards,
+                mask=loss_mask,
+                values=scored["values"],
+                scores=batch.scores.to(self.device),
+                group_ids=batch.group_ids.to(self.device),
+                coefs=Coefficients.of(c.algo),
+            )
+            if c.algo.whitens():
+                # Over the whole kept batch (every rank holds all of it: no collective), as
+                # RAGEN's verl code does before the PPO loss. The returns stay raw: they are
+                # the critic's targets, in reward units.
+                advantages = whiten(advantages, loss_mask)
         return UpdateData(
             input_ids=ids,
             attention_mask=mask,
             loss_mask=loss_mask,
             advantages=advantages.float(),
             returns=returns.float(),
-            old_logprobs=old_logprobs,
+            old_logprobs=scored["old_logprobs"],
             ref_logprobs=scored["ref_logprobs"],
             old_values=scored["values"],
         )
 
-    def score(self, ids, mask, loss_mask) -> dict[str, torch.Tensor | None]:
+    def on_policy(self, kept: int) -> bool:
+        """Whether the update of ``kept`` episodes is exactly on-policy and may take its old
+        log-probs (and values) from its own forward: one epoch, one mini-batch, whole weights
+        on every process (sharded passes are collectives the shortcut does not line up),
+        and ``trainer.scoring_pass`` auto."""
+        t = self.config.trainer
+        return (
+            t.scoring_pass == "auto"
+            and t.ppo_epochs == 1
+            and kept <= t.mini_batch_size
+            and not fsdp.is_sharded(self.m.policy)
+        )
+
+    def score(
+        self, ids, mask, loss_mask, *, policy: bool = True, critic: bool = True
+    ) -> dict[str, torch.Tensor | None]:
         """``score_batch`` of the (B, T) batch: each rank scores its share of the rows, and
-        every rank gets all of them."""
+        every rank gets all of them. ``policy``/``critic`` False: leave that model's scores
+        to the update (None)."""
         rows = distributed.shard(len(ids))
         part = slice(rows.start, rows.stop)
         # shares differ by a row: ranks may run different numbers of micro-batches
         with fsdp.full_weights(*self.m.scorers()), self._autocast():
             scored = score_batch(
-                self.m.policy,
-                self.m.critic,
+                self.m.policy if policy else None,
+                self.m.critic if critic else None,
                 self.m.ref,
                 ids[part],
                 mask[part],

@@ -18,12 +18,22 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from ragen import metric_names as names
-from ragen.algos import aggregate, explained_variance, kl_penalty, policy_loss, value_loss
+from ragen import phases
+from ragen.algos import (
+    Coefficients,
+    aggregate,
+    estimate,
+    explained_variance,
+    kl_penalty,
+    policy_loss,
+    value_loss,
+    whiten,
+)
 from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
 from ragen.train.scoring import critic_values, policy_logprobs
@@ -46,16 +56,24 @@ class UpdateSettings:
 
 @dataclass
 class UpdateData:
-    """Everything the update reads, each (B, T) unless noted; rows are episodes."""
+    """Everything the update reads, each (B, T) unless noted; rows are episodes.
+
+    On-policy shortcuts (``trainer.scoring_pass=auto``): ``old_logprobs`` None means the
+    update's own forward gives them (same weights, same rows). ``advantages`` None means the
+    update estimates them: it trains the critic first and feeds its values, with
+    ``rewards``, to ``algo.estimator`` (one of ``ROW_BY_ROW``); ``returns`` and
+    ``old_values`` are None then too.
+    """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    old_logprobs: torch.Tensor
+    advantages: torch.Tensor | None
+    returns: torch.Tensor | None
+    old_logprobs: torch.Tensor | None
     ref_logprobs: torch.Tensor | None
     old_values: torch.Tensor | None
+    rewards: torch.Tensor | None = None
 
     def rows(self, index: torch.Tensor) -> UpdateData:
         """A sub-batch, trimmed to its longest row (right padding only)."""
@@ -71,11 +89,12 @@ class UpdateData:
             input_ids=take(self.input_ids),
             attention_mask=take(self.attention_mask),
             loss_mask=take(self.loss_mask),
-            advantages=take(self.advantages),
-            returns=take(self.returns),
-            old_logprobs=take(self.old_logprobs),
+            advantages=take_optional(self.advantages),
+            returns=take_optional(self.returns),
+            old_logprobs=take_optional(self.old_logprobs),
             ref_logprobs=take_optional(self.ref_logprobs),
             old_values=take_optional(self.old_values),
+            rewards=take_optional(self.rewards),
         )
 
 
@@ -113,12 +132,14 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
     """(actor loss, critic loss or None, stats) of one micro-batch; the ``_ADDITIVE`` stats
     are its shares of the mini-batch values."""
     mask = data.loss_mask
+    assert data.advantages is not None  # estimated before the policy's micro-batches run
     logp, entropy = policy_logprobs(
         policy, data.input_ids, data.attention_mask, mask, temperature=s.temperature
     )
+    old_logprobs = logp.detach() if data.old_logprobs is None else data.old_logprobs
     pg_tok, stats = policy_loss(
         logp,
-        data.old_logprobs,
+        old_logprobs,
         data.advantages,
         mask,
         s.algo.clip_low,
@@ -140,12 +161,78 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
     if critic is not None:
         values = critic_values(critic, data.input_ids, data.attention_mask)
         assert data.old_values is not None  # the trainer scores old values when it has a critic
-        v_tok, v_stats = value_loss(values, data.old_values, data.returns, mask, s.algo.value_clip)
-        critic_loss = aggregate(v_tok, mask, s.algo.loss_agg, norm)
-        out.update({f"critic/{k}": float(v) for k, v in v_stats.items()})
-        out["critic/value_loss"] = float(critic_loss.detach())
-        out["critic/explained_var"] = float(explained_variance(values.detach(), data.returns, mask))
+        critic_loss, critic_stats = _critic_loss(values, data.old_values, data, s, norm)
+        out.update(critic_stats)
     return actor, critic_loss, out
+
+
+def _critic_loss(values, old_values, data: UpdateData, s: UpdateSettings, norm: float):
+    """(clipped value loss, its ``critic/…`` stats) of a micro-batch's values (B, T)."""
+    mask = data.loss_mask
+    assert data.returns is not None
+    v_tok, v_stats = value_loss(values, old_values, data.returns, mask, s.algo.value_clip)
+    loss = aggregate(v_tok, mask, s.algo.loss_agg, norm)
+    out = {f"critic/{k}": float(v) for k, v in v_stats.items()}
+    out["critic/value_loss"] = float(loss.detach())
+    out["critic/explained_var"] = float(explained_variance(values.detach(), data.returns, mask))
+    return loss, out
+
+
+def _critic_first(
+    critic, mini_data: UpdateData, s: UpdateSettings, norm: float, autocast, tally: _Tally
+) -> tuple[UpdateData, dict[str, float] | None]:
+    """On-policy with a row-by-row estimator: back-propagate the critic's loss micro-batch by
+    micro-batch, each row's returns estimated from the values of the very forward that is
+    trained (the values a scoring pass would give, so the value clip is inactive, as it is
+    at a first epoch); then estimate the whole mini-batch's advantages from those values
+    (whitened over it when the algo whitens).
+
+    Returns the mini-batch with advantages, returns and old values filled in, and the critic's
+    share of the ``_ADDITIVE`` stats (None when a loss was not finite)."""
+    assert mini_data.rewards is not None  # the trainer passes rewards when it leaves this here
+    values = torch.zeros(mini_data.loss_mask.shape, device=mini_data.loss_mask.device)
+    sums: dict[str, float] = defaultdict(float)
+    finite = True
+    coefs = Coefficients.of(s.algo)
+    mine = distributed.shard(len(mini_data.input_ids))
+    for micro in torch.arange(mine.start, mine.stop).split(s.trainer.micro_batch_size):
+        if not len(micro):
+            continue  # a rank may hold no row: split gives ([],)
+        part = mini_data.rows(micro)
+        assert part.rewards is not None
+        with phases.timed(phases.UPDATE_FORWARD), autocast:
+            v = critic_values(critic, part.input_ids, part.attention_mask)
+        with phases.timed(phases.ADVANTAGES):
+            _, returns = estimate(
+                s.algo.estimator,
+                rewards=part.rewards,
+                mask=part.loss_mask,
+                values=v.detach(),
+                coefs=coefs,
+            )
+        loss, stats = _critic_loss(v, v.detach(), replace(part, returns=returns), s, norm)
+        finite = finite and bool(torch.isfinite(loss))
+        with phases.timed(phases.UPDATE_BACKWARD):
+            loss.backward()
+        values[micro, : v.shape[1]] = v.detach().float()
+        if finite:
+            sums["critic/value_loss"] += stats.pop("critic/value_loss")
+            tally.add(stats, float(part.loss_mask.sum()))
+    values = distributed.assemble_rows(values[mine.start : mine.stop], mine, len(values))
+    with phases.timed(phases.ADVANTAGES):
+        advantages, returns = estimate(
+            s.algo.estimator,
+            rewards=mini_data.rewards,
+            mask=mini_data.loss_mask,
+            values=values,
+            coefs=coefs,
+        )
+        if s.algo.whitens():
+            advantages = whiten(advantages, mini_data.loss_mask)
+    estimated = replace(
+        mini_data, advantages=advantages.float(), returns=returns.float(), old_values=values
+    )
+    return estimated, sums if finite else None
 
 
 def _micro_batches(rows: int, s: UpdateSettings) -> list[tuple[torch.Tensor, bool]]:
@@ -175,22 +262,38 @@ def _backward_share(
     finite = True
     for micro, counts in _micro_batches(len(mini_data.input_ids), s):
         part = mini_data.rows(micro)
-        with autocast:
+        with phases.timed(phases.UPDATE_FORWARD), autocast:
             actor, critic_loss, stats = _micro_loss(policy, critic, part, s, norm)
         total = actor if critic_loss is None else actor + critic_loss
         if not counts:
-            (total * 0.0).backward()  # only for the collectives: adds zero to every gradient
+            with phases.timed(phases.UPDATE_BACKWARD):
+                (total * 0.0).backward()  # only for the collectives: adds zero to every gradient
             continue
         finite = finite and bool(torch.isfinite(total))
         # Back-propagated even when not finite (the step is skipped anyway): with sharded
         # models the other ranks wait for this pass's gradient reduction.
-        total.backward()
+        with phases.timed(phases.UPDATE_BACKWARD):
+            total.backward()
         if finite:
             for key in _ADDITIVE:
                 if key in stats:
                     sums[key] += stats.pop(key)
             tally.add(stats, float(part.loss_mask.sum()))
     return sums if finite else None
+
+
+def _backward_mini(
+    policy, critic, mini_data: UpdateData, s: UpdateSettings, norm: float, autocast, tally
+) -> dict[str, float] | None:
+    """Back-propagate this rank's share of a mini-batch: both models micro-batch by
+    micro-batch, or, when the mini-batch comes without advantages, the critic first (see
+    ``_critic_first``), then the policy. Returns the share's ``_ADDITIVE`` stats, or None
+    when a loss was not finite."""
+    if mini_data.advantages is not None:
+        return _backward_share(policy, critic, mini_data, s, norm, autocast, tally)
+    mini_data, critic_sums = _critic_first(critic, mini_data, s, norm, autocast, tally)
+    sums = _backward_share(policy, None, mini_data, s, norm, autocast, tally)
+    return None if sums is None or critic_sums is None else sums | critic_sums
 
 
 def ppo_update(
@@ -226,18 +329,19 @@ def ppo_update(
                 continue  # nothing sampled in this mini-batch: no gradient to take
             for opt in optimizers.values():
                 opt.zero_grad(set_to_none=True)
-            sums = _backward_share(policy, critic, mini_data, s, norm, autocast, tally)
-            finite = distributed.all_true(sums is not None)  # one rank's NaN skips it for all
-            if not s.sharded:  # FSDP2 summed them during the backward
-                distributed.sum_gradients(_trainable(policy, critic))
-            norms = _clip(
-                policy, critic, s.trainer.grad_clip
-            )  # of the summed, whole-batch gradient
-            finite = finite and all(math.isfinite(n) for n in norms.values())
+            sums = _backward_mini(policy, critic, mini_data, s, norm, autocast, tally)
+            with phases.timed(phases.UPDATE_OPTIMIZER):
+                finite = distributed.all_true(sums is not None)  # one rank's NaN: all skip
+                if not s.sharded:  # FSDP2 summed them during the backward
+                    distributed.sum_gradients(_trainable(policy, critic))
+                # of the summed, whole-batch gradient
+                norms = _clip(policy, critic, s.trainer.grad_clip)
+                finite = finite and all(math.isfinite(n) for n in norms.values())
+                if finite:
+                    for opt in optimizers.values():
+                        opt.step()
             if finite:
                 assert sums is not None  # all_true above is False on a rank without sums
-                for opt in optimizers.values():
-                    opt.step()
                 steps += 1
                 tally.add(norms, 1.0)
                 for key, value in sums.items():

@@ -1,0 +1,135 @@
+"""trainer.scoring_pass=auto: an exactly on-policy update (one epoch, one mini-batch) takes its
+old log-probs from its own forward and, with gae or bi_level_gae, trains the critic first and
+estimates the advantages from that forward's values, so no scoring pass runs. Checked
+against the scoring pass (``always``) on the same episodes: the same gradients for both
+models and the same losses, in float32 on the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragen import config
+from ragen.monitor.rundir import create_run_dir
+from ragen.rollout.expert import ExpertGenerator
+from ragen.train.trainer import Trainer
+from ragen.train.update import UpdateSettings, ppo_update
+
+# Sokoban, up to three turns of one action: rows with several reply segments, so the
+# advantages run across turns; 4 episodes, all kept, in micro-batches of 2.
+SMALL = [
+    "model.spec=tiny",
+    "rollout.groups=2",
+    "rollout.group_size=2",
+    "rollout.max_turns=3",
+    "rollout.max_actions_per_turn=1",
+    "rollout.max_reply_tokens=96",
+    "rollout.demos=0",
+    "algo.filter_ratio=1",
+    "trainer.mini_batch_size=4",
+    "trainer.micro_batch_size=2",
+    "trainer.update_dtype=float32",
+    "trainer.eval_every=0",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
+
+
+class GradientRecorder(torch.optim.SGD):
+    """SGD at learning rate 0: the weights stay, and each step keeps a copy of the gradients
+    the update produced."""
+
+    def __init__(self, params):
+        self.params = list(params)
+        super().__init__(self.params, lr=0.0)
+        self.grads: list[torch.Tensor] = []
+
+    def step(self, closure=None):
+        self.grads = [p.grad.detach().clone() for p in self.params]
+        return super().step(closure)
+
+
+def _trainer(tmp_path, name: str, *overrides: str) -> Trainer:
+    cfg = config.load("sokoban", [*SMALL, *overrides])
+    return Trainer(cfg, create_run_dir(tmp_path / name, cfg))
+
+
+def _episodes(trainer: Trainer):
+    """Episodes the solver plays (the tiny model's own replies rarely close in a few tokens,
+    and an unclosed reply ends the episode), with returns that differ inside each group."""
+    trainer.generator = ExpertGenerator(trainer.m.tokenizer, trainer.spec)
+    episodes = trainer.collect(0)
+    for i, episode in enumerate(episodes):
+        episode.turns[-1].reward += 0.25 * i
+    return episodes
+
+
+def _update(trainer: Trainer, episodes) -> tuple[dict, dict[str, list[torch.Tensor]]]:
+    data = trainer.prepare(episodes)
+    recorders = {
+        "actor": GradientRecorder(p for p in trainer.m.policy.parameters() if p.requires_grad)
+    }
+    if trainer.m.critic is not None:
+        recorders["critic"] = GradientRecorder(trainer.m.critic.parameters())
+    c = trainer.config
+    settings = UpdateSettings(c.algo, c.trainer, c.rollout.temperature, None)
+    metrics = ppo_update(trainer.m.policy, trainer.m.critic, recorders, data, settings, seed=0)
+    return metrics, {name: r.grads for name, r in recorders.items()}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algo.estimator=gae"],
+        ["algo.estimator=gae", "algo.lam=0.9", "algo.gamma=0.95"],
+        ["algo.estimator=bi_level_gae"],
+        ["algo.estimator=grpo"],
+        ["algo.estimator=gae", "algo.kl_coef=0.1"],
+    ],
+    ids=["gae", "gae-lam0.9", "bi_level_gae", "grpo", "gae-kl"],
+)
+def test_an_on_policy_update_without_a_scoring_pass_takes_the_same_step(tmp_path, overrides):
+    shortcut = _trainer(tmp_path, "auto", *overrides)
+    scored = _trainer(tmp_path, "always", *overrides, "trainer.scoring_pass=always")
+    episodes = _episodes(shortcut)
+    assert all(len(t.turns) >= 2 for t in episodes)  # several reply segments in a row
+
+    data = shortcut.prepare(episodes)
+    assert data.old_logprobs is None  # the update's own forward gives them
+    has_critic = shortcut.m.critic is not None
+    assert (data.advantages is None) == has_critic  # the critic goes first
+    assert scored.prepare(episodes).old_logprobs is not None
+
+    got, got_grads = _update(shortcut, episodes)
+    want, want_grads = _update(scored, episodes)
+    assert (
+        got_grads.keys() == want_grads.keys() == ({"actor", "critic"} if has_critic else {"actor"})
+    )
+    for name in want_grads:
+        for g, w in zip(got_grads[name], want_grads[name], strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "critic/value_loss",
+        "critic/explained_var",
+        "actor/grad_norm",
+        "critic/grad_norm",
+        "actor/kl",
+    ):
+        if key in want:
+            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
+    assert got["actor/ratio_mean"] == 1.0  # the old policy is exactly the one that is trained
+    assert got["actor/optimizer_steps"] == want["actor/optimizer_steps"] == 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["trainer.ppo_epochs=2"], ["trainer.mini_batch_size=2"], ["trainer.scoring_pass=always"]],
+    ids=["two-epochs", "two-mini-batches", "always"],
+)
+def test_an_update_that_is_not_on_policy_scores_first(tmp_path, overrides):
+    trainer = _trainer(tmp_path, "run", *overrides)
+    data = trainer.prepare(_episodes(trainer))
+    assert data.old_logprobs is not None and data.old_values is not None
+    assert data.advantages is not None
