@@ -20,10 +20,8 @@ and the model's own MLP shapes, and a bf16 GEMM (emulated on CPUs without AVX512
 where it is far below fp32: MFU against it is reported, but means nothing there). GEMMs are
 timed by the process's CPU clock, so the peak is what one thread does while it runs.
 
-FLOPs are counted per token from the model's shapes (multiply-adds × 2; backward = 2 × forward):
-2·N_body per token through the decoder (N_body: the decoder layers' parameters, no
-embedding), 4·L·(heads·head_dim)·(t+1) for causal attention at position t, 2·H·V where the
-LM head runs. Two token counts are reported:
+FLOPs are counted as ``measure.py`` says (backward = 2 × forward). Two token counts are
+reported:
 - useful tokens: every real token of every row (what the batch means; padding excluded);
 - computed tokens: what ragen actually runs: the shared prefix once per micro-batch, then
   each row's own tokens (padding excluded).
@@ -39,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -47,142 +44,24 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from measure import (
+    add_counts,
+    chunk_counts,
+    flops,
+    machine,
+    matmul_peak,
+    model_shape,
+    timed,
+    update_chunks,
+)
 from ragen import config, models
 from ragen.algos import aggregate, policy_loss, value_loss
 from ragen.monitor.rundir import RunDir
-from ragen.train.forward import shared_prefix_length
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateData
 
 GOAL_MFU_BF16 = 0.5  # issue 5: >= 50% of the bf16 matmul peak
 QUIET = ["logging.tensorboard=false", "logging.progress=false", "logging.save_trajectories=false"]
-
-
-# ---------------------------------------------------------------------------- the machine
-
-
-def cpu_flags() -> list[str]:
-    """The CPU features that decide matmul speed (AVX2, AVX-512, bf16, AMX)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next(
-        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
-    )
-    return sorted(f for f in set(flags) if f.startswith(("avx", "amx", "fma")))
-
-
-def machine(dtype: torch.dtype) -> dict:
-    return {
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "cpu_flags": cpu_flags(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "bf16_native": models.bf16_supported(),
-        "dtype": str(dtype).removeprefix("torch."),
-        "load_average_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def gemm_gflops(dtype: torch.dtype, m: int, k: int, n: int, budget_s: float) -> float:
-    """Best GFLOP/s of an (m, k) @ (k, n) matmul over about ``budget_s`` seconds, timed by
-    the process's CPU clock (one thread: the time it ran, not the time others held the core)."""
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    a @ b  # warm-up: first-call allocations and kernel selection
-    best, spent = 0.0, 0.0
-    while spent < budget_s:
-        wall, cpu = time.perf_counter(), time.process_time()
-        a @ b
-        spent += time.perf_counter() - wall
-        best = max(best, 2 * m * k * n / max(time.process_time() - cpu, 1e-6) / 1e9)
-    return round(best, 2)
-
-
-def matmul_peak(shape: dict, tokens: int) -> dict:
-    """fp32 peak: the best of a square GEMM and the model's MLP GEMMs at ``tokens`` rows;
-    bf16: one small MLP-shaped GEMM (emulated bf16 is ~100× slower here, keep it short)."""
-    h, f = shape["hidden"], shape["intermediate"]
-    fp32 = {
-        "2048x2048x2048": gemm_gflops(torch.float32, 2048, 2048, 2048, 4.0),
-        f"{tokens}x{h}x{f}": gemm_gflops(torch.float32, tokens, h, f, 3.0),
-        f"{tokens}x{f}x{h}": gemm_gflops(torch.float32, tokens, f, h, 3.0),
-    }
-    bf16 = {f"128x{h}x{f}": gemm_gflops(torch.bfloat16, 128, h, f, 3.0)}
-    return {
-        "fp32_gflops": max(fp32.values()),
-        "bf16_gflops": max(bf16.values()),
-        "fp32_shapes": fp32,
-        "bf16_shapes": bf16,
-    }
-
-
-# ---------------------------------------------------------------------------- FLOP counting
-
-
-def model_shape(lm) -> dict:
-    c = lm.config
-    layers = lm.get_decoder().layers
-    heads = c.num_attention_heads
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-    return {
-        "layers": c.num_hidden_layers,
-        "hidden": c.hidden_size,
-        "intermediate": c.intermediate_size,
-        "vocab": c.vocab_size,
-        "attn_width": heads * head_dim,
-        "n_body": sum(p.numel() for p in layers.parameters()),
-        "n_total": sum(p.numel() for p in lm.parameters()),
-    }
-
-
-def _positions_sum(start: int, stop: int) -> int:
-    """Σ (t + 1) for t in [start, stop): the keys each query position attends to."""
-    return (stop * (stop + 1) - start * (start + 1)) // 2
-
-
-def chunk_counts(ids: torch.Tensor, mask: torch.Tensor, loss_mask: torch.Tensor) -> dict:
-    """Token counts of one micro-batch (B, T), right padded, as ragen's forward runs it."""
-    lengths = [int(n) for n in mask.sum(dim=1)]
-    prefix = shared_prefix_length(ids, mask)
-    rows = len(lengths)
-    return {
-        "rows": rows,
-        "useful_tokens": sum(lengths),
-        "computed_tokens": prefix + sum(n - prefix for n in lengths),
-        "padding_tokens": rows * ids.shape[1] - sum(lengths),
-        "shared_prefix": prefix,
-        "head_positions": int((loss_mask[:, 1:] > 0).sum()),
-        "attn_useful": sum(_positions_sum(0, n) for n in lengths),
-        "attn_computed": _positions_sum(0, prefix)
-        + sum(_positions_sum(prefix, n) for n in lengths),
-    }
-
-
-def add_counts(parts: list[dict]) -> dict:
-    total = {k: sum(p[k] for p in parts) for k in parts[0] if k != "shared_prefix"}
-    total["micro_batches"] = len(parts)
-    total["shared_prefix"] = [p["shared_prefix"] for p in parts]
-    return total
-
-
-def update_chunks(data: UpdateData, ppo_epochs: int, mini: int, micro: int, seed: int):
-    """The micro-batches ``ppo_update`` runs, in its order (same permutation seed)."""
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(ppo_epochs):
-        order = torch.randperm(len(data.input_ids), generator=generator)
-        for rows in order.split(mini):
-            mini_data = data.rows(rows)
-            for part in torch.arange(len(rows)).split(micro):
-                yield mini_data.rows(part)
-
-
-def flops(shape: dict, tokens: int, attn: int, head_positions: int, models_: int = 2) -> float:
-    """Forward FLOPs: ``models_`` decoders (policy, critic) over ``tokens`` tokens with
-    ``attn`` attended positions, plus the LM head at ``head_positions``."""
-    body = 2 * shape["n_body"] * tokens + 4 * shape["layers"] * shape["attn_width"] * attn
-    return models_ * body + 2 * shape["hidden"] * shape["vocab"] * head_positions
 
 
 # ---------------------------------------------------------------------------- the two paths
@@ -226,17 +105,6 @@ def plain_update(trainer: Trainer, data: UpdateData, micro: int) -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
     policy.eval()
-
-
-def timed(fn):
-    """``fn()``'s result and its wall and CPU seconds (CPU time is less hurt by other load)."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    took = {
-        "wall_s": round(time.perf_counter() - wall, 2),
-        "cpu_s": round(time.process_time() - cpu, 2),
-    }
-    return result, took
 
 
 # ---------------------------------------------------------------------------- report

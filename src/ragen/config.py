@@ -282,6 +282,11 @@ class TrainerConfig:
     micro-batch, and its values give the advantages (gae and bi_level_gae, which work row by
     row; other estimators with a critic keep a values pass). always: the pass every update
     made before (and every off-policy one makes)."""
+    prefix_sharing: Literal["mini_batch", "micro_batch"] = "mini_batch"
+    """How often the update (and a scoring pass) runs the opening every row shares (system
+    line, worked examples, rules): once per mini-batch, its backward taken once after the
+    last micro-batch, or once per micro-batch. Both give the same gradients;
+    mini_batch computes the opening (micro-batches - 1) times less."""
     eval_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps; 0 never."""
     eval_before: bool = False

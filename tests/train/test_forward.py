@@ -9,6 +9,7 @@ import torch
 from ragen import models
 from ragen.train.forward import (
     MIN_SHARED_PREFIX,
+    SharedOpening,
     shared_prefix_length,
     state_values,
     token_logprobs,
@@ -81,6 +82,56 @@ def test_gradients_equal_the_full_forward(tiny):
     (_reference(lm, ids, mask)[0] * weights).sum().backward()
     for name, param in lm.named_parameters():
         torch.testing.assert_close(fast[name], param.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _losses(lm, critic, ids, mask, loss, opening=None, critic_opening=None):
+    """A loss of log-probs and values with weights that differ by position, so every
+    gradient path (opening's keys, values and hidden states) carries something."""
+    weights = torch.linspace(-1, 1, loss.numel()).view(loss.shape) * loss
+    logp = token_logprobs(lm, ids, mask, loss, opening=opening)[0]
+    values = state_values(critic, ids, mask, critic_opening)
+    return (logp * weights).sum() + (values * weights.flip(0)).sum()
+
+
+def test_a_mini_batch_opening_gives_the_gradients_of_micro_batches_that_run_their_own(tiny):
+    lm = copy.deepcopy(tiny[0]).train()
+    critic = models.ValueModel(copy.deepcopy(tiny[0])).train()
+    torch.nn.init.normal_(critic.head.weight, std=0.1)
+    # 5 rows sharing 24 tokens; rows 0 and 1 share 4 more, as a group's copies share their
+    # first observation: a micro-batch of those two rows shares more than its mini-batch
+    ids, mask, loss = _batch(lm.config.vocab_size, 24, tails=(9, 7, 3, 12, 5))
+    ids[1, 24:28] = ids[0, 24:28]
+    micro = [torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([4])]
+    params = [*lm.parameters(), *critic.parameters()]
+
+    for rows in micro:  # each micro-batch runs its own shared prefix
+        _losses(lm, critic, ids[rows], mask[rows], loss[rows]).backward()
+    want = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+
+    opening = SharedOpening(lm.get_decoder(), ids, mask)
+    critic_opening = SharedOpening(critic.body, ids, mask)
+    assert opening.length == critic_opening.length == 24
+    for rows in micro:
+        _losses(lm, critic, ids[rows], mask[rows], loss[rows], opening, critic_opening).backward()
+    opening.backward()
+    critic_opening.backward()
+    assert opening.length == 0  # released
+    for p, w in zip(params, want, strict=True):
+        torch.testing.assert_close(p.grad, w, atol=1e-5, rtol=1e-4)
+
+
+def test_a_no_grad_opening_scores_what_each_micro_batch_scores(tiny):
+    lm = tiny[0]
+    ids, mask, loss = _batch(lm.config.vocab_size, 24, tails=(9, 7, 3, 12))
+    with torch.no_grad():
+        opening = SharedOpening(lm.get_decoder(), ids, mask)
+        for rows in (torch.tensor([0, 1]), torch.tensor([2, 3])):
+            got = token_logprobs(lm, ids[rows], mask[rows], loss[rows], opening=opening)
+            want = token_logprobs(lm, ids[rows], mask[rows], loss[rows])
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    opening.backward()  # nothing to back-propagate: a no-op
 
 
 def test_values_equal_the_value_model(tiny):

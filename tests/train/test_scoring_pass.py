@@ -133,3 +133,20 @@ def test_an_update_that_is_not_on_policy_scores_first(tmp_path, overrides):
     data = trainer.prepare(_episodes(trainer))
     assert data.old_logprobs is not None and data.old_values is not None
     assert data.advantages is not None
+
+
+@pytest.mark.parametrize("scoring_pass", ["auto", "always"])
+def test_the_opening_run_once_per_mini_batch_takes_the_same_step(tmp_path, scoring_pass):
+    # trainer.prefix_sharing: mini_batch runs the shared opening once for the update's two
+    # micro-batches (and once for the scoring pass's), micro_batch once for each of them
+    common = ["algo.estimator=gae", f"trainer.scoring_pass={scoring_pass}"]
+    once = _trainer(tmp_path, "once", *common)
+    each = _trainer(tmp_path, "each", *common, "trainer.prefix_sharing=micro_batch")
+    episodes = _episodes(once)
+    got, got_grads = _update(once, episodes)
+    want, want_grads = _update(each, episodes)
+    for name in want_grads:
+        for g, w in zip(got_grads[name], want_grads[name], strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    for key in ("actor/pg_loss", "actor/entropy", "critic/value_loss", "actor/grad_norm"):
+        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key

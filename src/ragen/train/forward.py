@@ -6,7 +6,9 @@ Two savings, both exact up to float rounding:
   examples, the game's rules), often most of each row: on Bandit with two worked turns,
   about 440 of 490 tokens. The decoder runs that prefix once, for one row, and the rows
   continue from its KV cache, expanded to the batch. Autograd sums the rows' gradients
-  through the expansion, so the gradient is the one the full batch would give.
+  through the expansion, so the gradient is the one the full batch would give. A
+  ``SharedOpening`` runs it once for all the micro-batches of a mini-batch and takes its
+  backward once, after the last of them.
 - Sampled positions only. Log-probs are needed where the next token was sampled (the loss
   mask), so the LM head (hidden x vocabulary, 49k wide on the default model) and the
   log-softmax run on those positions only, not on every prompt token.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from ragen.algos import logprobs_and_entropy
 
@@ -42,9 +45,83 @@ def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) 
     return common if common >= MIN_SHARED_PREFIX else 0
 
 
-def decoder_hidden(decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+class SharedOpening:
+    """The tokens every row of a mini-batch opens with, run once through ``decoder`` for all
+    its micro-batches.
+
+    Its hidden states and per-layer keys/values enter each micro-batch's forward as leaf
+    tensors: a micro-batch's backward stops at them and adds into their ``.grad``. After the
+    last micro-batch, ``backward()`` runs the opening's own backward once, from those summed
+    gradients: the gradient the micro-batches would give if each ran the opening itself, for
+    one opening's compute instead of one per micro-batch. Under ``torch.no_grad`` (scoring)
+    it is a plain cache and ``backward()`` does nothing.
+
+    input_ids, attention_mask: (B, T) of the whole mini-batch, right-padded. ``length`` is 0
+    when the rows share too little (``shared_prefix_length``) or the decoder's cache layers
+    are not plain ones (sliding windows crop what they keep): the micro-batches then run
+    their own shared prefix, as ``decoder_hidden`` does without one.
+    """
+
+    def __init__(self, decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.decoder = decoder
+        self.length = shared_prefix_length(input_ids, attention_mask)
+        self._outputs: list[torch.Tensor] = []
+        self._leaves: list[torch.Tensor] = []
+        if self.length == 0:
+            return
+        cache = DynamicCache(config=decoder.config)
+        opening = input_ids[:1, : self.length]
+        head = decoder(input_ids=opening, past_key_values=cache, use_cache=True)
+        layers = [layer for layer in cache.layers if isinstance(layer, DynamicLayer)]
+        if any(type(layer) is not DynamicLayer for layer in cache.layers):
+            self.length = 0
+            return
+        self._outputs = [head.last_hidden_state]  # (1, P, H)
+        for layer in layers:
+            assert layer.keys is not None and layer.values is not None  # filled by the forward
+            self._outputs += [layer.keys, layer.values]  # (1, H_kv, P, D) each
+        grad = torch.is_grad_enabled()
+        self._leaves = [t.detach().requires_grad_(grad) for t in self._outputs]
+
+    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Last hidden states (B, T, H) of rows of the mini-batch: the opening's, then the
+        rows' own tokens continued from its keys/values."""
+        rows, prefix = len(input_ids), self.length
+        cache = DynamicCache(config=self.decoder.config)
+        keys_values = self._leaves[1:]
+        for layer in range(len(keys_values) // 2):
+            keys, values = keys_values[2 * layer], keys_values[2 * layer + 1]
+            cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), layer)
+        tail = self.decoder(
+            input_ids=input_ids[:, prefix:],
+            attention_mask=attention_mask,  # the whole row's mask: opening and own tokens
+            past_key_values=cache,
+            use_cache=True,
+        )
+        shared = self._leaves[0].expand(rows, -1, -1)
+        return torch.cat([shared, tail.last_hidden_state], dim=1)
+
+    def backward(self) -> None:
+        """The opening's backward, from the gradients the micro-batches left on its outputs;
+        then its graph and tensors are released."""
+        pairs = [(o, leaf.grad) for o, leaf in zip(self._outputs, self._leaves, strict=True)]
+        pairs = [(o, g) for o, g in pairs if g is not None]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        self._outputs, self._leaves, self.length = [], [], 0
+
+
+def decoder_hidden(
+    decoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    opening: SharedOpening | None = None,
+) -> torch.Tensor:
     """Last hidden states (B, T, H) of a decoder body (e.g. LlamaModel), the shared prefix
-    computed once."""
+    computed once: once for these rows, or once for their mini-batch when ``opening`` (of
+    this decoder, over a mini-batch these rows belong to) is given."""
+    if opening is not None and opening.length:
+        return opening.hidden(input_ids, attention_mask)
     prefix = shared_prefix_length(input_ids, attention_mask)
     if prefix == 0:
         return decoder(
@@ -92,15 +169,17 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    opening: SharedOpening | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob and entropy of each scored token under causal LM ``lm``, both (B, T) float32.
 
     Position t holds the quantity for token t given tokens < t. Only positions with
     ``loss_mask`` 1 are scored (all but position 0 when it is None); the rest hold 0.
     ``temperature`` 0 (greedy replies) scores at 1, as the generator reports them.
+    ``opening``: the rows' mini-batch opening, of ``lm``'s decoder (see ``SharedOpening``).
     """
     temperature = temperature if temperature > 0 else 1.0
-    hidden = decoder_hidden(lm.get_decoder(), input_ids, attention_mask)  # (B, T, H)
+    hidden = decoder_hidden(lm.get_decoder(), input_ids, attention_mask, opening)  # (B, T, H)
     rows, cols = _next_token_positions(loss_mask, input_ids)
     logits = _head_logits(lm, hidden[rows, cols])  # (N, V)
     logp, ent = logprobs_and_entropy(
@@ -117,11 +196,17 @@ def token_logprobs(
     return out_logp, out_ent
 
 
-def state_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def state_values(
+    critic,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    opening: SharedOpening | None = None,
+) -> torch.Tensor:
     """V(state before token t) for every t, (B, T) float32 (position 0 holds 0).
 
-    ``critic`` is a `models.ValueModel`: its decoder body, then its scalar head.
+    ``critic`` is a `models.ValueModel`: its decoder body, then its scalar head. ``opening``:
+    the rows' mini-batch opening, of ``critic.body``.
     """
-    hidden = decoder_hidden(critic.body, input_ids, attention_mask)
+    hidden = decoder_hidden(critic.body, input_ids, attention_mask, opening)
     values = critic.head(hidden.to(critic.head.weight.dtype)).squeeze(-1).float()  # (B, T)
     return F.pad(values[:, :-1], (1, 0))

@@ -28,26 +28,41 @@ def score_batch(
     *,
     temperature: float,
     micro_batch: int,
+    share_opening: bool = False,
 ) -> dict[str, torch.Tensor | None]:
     """Old log-probs (and reference log-probs, values) for a whole batch, in micro-batches.
 
     ``ref_logprobs(ids, mask, loss_mask) -> (B, T)`` scores under the frozen reference; it,
     ``policy`` and ``critic`` may be None (no KL term; old log-probs or values left to the
-    update; no critic), and so is their entry. Returns (B, T) tensors.
+    update; no critic), and so is their entry. Returns (B, T) tensors. ``share_opening``: run
+    the opening all rows share once for the batch rather than once per micro-batch (models
+    that are not sharded).
     """
     old, refs, values = [], [], []
+    policy_opening = critic_opening = None
+    if share_opening and len(input_ids):
+        if policy is not None:
+            policy_opening = forward.SharedOpening(policy.get_decoder(), input_ids, attention_mask)
+        if critic is not None:
+            critic_opening = forward.SharedOpening(critic.body, input_ids, attention_mask)
     for rows in torch.arange(len(input_ids)).split(micro_batch):
         ids, mask, sampled = input_ids[rows], attention_mask[rows], loss_mask[rows]
         if policy is not None:
             old.append(
                 policy_logprobs(
-                    policy, ids, mask, sampled, temperature=temperature, with_entropy=False
+                    policy,
+                    ids,
+                    mask,
+                    sampled,
+                    temperature=temperature,
+                    with_entropy=False,
+                    opening=policy_opening,
                 )[0]
             )
         if ref_logprobs is not None:
             refs.append(ref_logprobs(ids, mask, sampled))
         if critic is not None:
-            values.append(critic_values(critic, ids, mask))
+            values.append(critic_values(critic, ids, mask, critic_opening))
 
     def joined(parts: list[torch.Tensor]) -> torch.Tensor:
         # no rows at all (a data-parallel rank's share of a small batch): (0, T) zeros

@@ -402,6 +402,8 @@ class Trainer:
                 loss_mask[part],
                 temperature=self.config.rollout.temperature,
                 micro_batch=self.config.trainer.micro_batch_size,
+                share_opening=self.config.trainer.prefix_sharing == "mini_batch"
+                and not fsdp.is_sharded(self.m.policy),
             )
         return {
             key: None if value is None else distributed.assemble_rows(value, rows, len(ids))

@@ -36,6 +36,7 @@ from ragen.algos import (
 )
 from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
+from ragen.train.forward import SharedOpening
 from ragen.train.scoring import critic_values, policy_logprobs
 
 
@@ -128,13 +129,53 @@ class _Tally:
 _ADDITIVE = ("actor/pg_loss", names.ENTROPY, "actor/kl", "critic/value_loss")
 
 
-def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float):
+@dataclass
+class _Openings:
+    """The mini-batch's shared openings of the policy's and the critic's decoders (None: each
+    micro-batch runs its own shared prefix)."""
+
+    policy: SharedOpening | None = None
+    critic: SharedOpening | None = None
+
+    @classmethod
+    def of(
+        cls, policy, critic, mini_data: UpdateData, rows: torch.Tensor, s: UpdateSettings, autocast
+    ) -> _Openings:
+        """Run the openings of this rank's ``rows`` of the mini-batch once
+        (``trainer.prefix_sharing=mini_batch``). Not for sharded models: each of their
+        forwards is a collective that every rank runs in step, and a rank's opening would be
+        one pass more than the others expect."""
+        if s.sharded or s.trainer.prefix_sharing != "mini_batch" or not len(rows):
+            return cls()
+        ids, mask = mini_data.input_ids[rows], mini_data.attention_mask[rows]
+        with phases.timed(phases.UPDATE_FORWARD), autocast:
+            return cls(
+                policy=None if policy is None else SharedOpening(policy.get_decoder(), ids, mask),
+                critic=None if critic is None else SharedOpening(critic.body, ids, mask),
+            )
+
+    def backward(self) -> None:
+        """The openings' backward, once, from what the micro-batches left on them."""
+        with phases.timed(phases.UPDATE_BACKWARD):
+            for opening in (self.policy, self.critic):
+                if opening is not None:
+                    opening.backward()
+
+
+def _micro_loss(
+    policy, critic, data: UpdateData, s: UpdateSettings, norm: float, openings: _Openings
+):
     """(actor loss, critic loss or None, stats) of one micro-batch; the ``_ADDITIVE`` stats
     are its shares of the mini-batch values."""
     mask = data.loss_mask
     assert data.advantages is not None  # estimated before the policy's micro-batches run
     logp, entropy = policy_logprobs(
-        policy, data.input_ids, data.attention_mask, mask, temperature=s.temperature
+        policy,
+        data.input_ids,
+        data.attention_mask,
+        mask,
+        temperature=s.temperature,
+        opening=openings.policy,
     )
     old_logprobs = logp.detach() if data.old_logprobs is None else data.old_logprobs
     pg_tok, stats = policy_loss(
@@ -159,7 +200,7 @@ def _micro_loss(policy, critic, data: UpdateData, s: UpdateSettings, norm: float
         out["actor/kl"] = float(kl.detach())
     critic_loss = None
     if critic is not None:
-        values = critic_values(critic, data.input_ids, data.attention_mask)
+        values = critic_values(critic, data.input_ids, data.attention_mask, openings.critic)
         assert data.old_values is not None  # the trainer scores old values when it has a critic
         critic_loss, critic_stats = _critic_loss(values, data.old_values, data, s, norm)
         out.update(critic_stats)
@@ -195,13 +236,16 @@ def _critic_first(
     finite = True
     coefs = Coefficients.of(s.algo)
     mine = distributed.shard(len(mini_data.input_ids))
+    opening = _Openings.of(
+        None, critic, mini_data, torch.arange(mine.start, mine.stop), s, autocast
+    )
     for micro in torch.arange(mine.start, mine.stop).split(s.trainer.micro_batch_size):
         if not len(micro):
             continue  # a rank may hold no row: split gives ([],)
         part = mini_data.rows(micro)
         assert part.rewards is not None
         with phases.timed(phases.UPDATE_FORWARD), autocast:
-            v = critic_values(critic, part.input_ids, part.attention_mask)
+            v = critic_values(critic, part.input_ids, part.attention_mask, opening.critic)
         with phases.timed(phases.ADVANTAGES):
             _, returns = estimate(
                 s.algo.estimator,
@@ -218,6 +262,7 @@ def _critic_first(
         if finite:
             sums["critic/value_loss"] += stats.pop("critic/value_loss")
             tally.add(stats, float(part.loss_mask.sum()))
+    opening.backward()
     values = distributed.assemble_rows(values[mine.start : mine.stop], mine, len(values))
     with phases.timed(phases.ADVANTAGES):
         advantages, returns = estimate(
@@ -260,10 +305,14 @@ def _backward_share(
     Returns the share's part of the ``_ADDITIVE`` stats, or None when a loss was not finite."""
     sums: dict[str, float] = defaultdict(float)
     finite = True
-    for micro, counts in _micro_batches(len(mini_data.input_ids), s):
+    micros = _micro_batches(len(mini_data.input_ids), s)
+    mine = [micro for micro, counts in micros if counts]
+    rows = torch.cat(mine) if mine else torch.tensor([], dtype=torch.long)
+    openings = _Openings.of(policy, critic, mini_data, rows, s, autocast)
+    for micro, counts in micros:
         part = mini_data.rows(micro)
         with phases.timed(phases.UPDATE_FORWARD), autocast:
-            actor, critic_loss, stats = _micro_loss(policy, critic, part, s, norm)
+            actor, critic_loss, stats = _micro_loss(policy, critic, part, s, norm, openings)
         total = actor if critic_loss is None else actor + critic_loss
         if not counts:
             with phases.timed(phases.UPDATE_BACKWARD):
@@ -279,6 +328,7 @@ def _backward_share(
                 if key in stats:
                     sums[key] += stats.pop(key)
             tally.add(stats, float(part.loss_mask.sum()))
+    openings.backward()
     return sums if finite else None
 
 
