@@ -53,9 +53,14 @@ from ragen.rollout.trajectory import Trajectory, collate
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateData
 
-OLD_PATH = ["trainer.scoring_pass=always", "trainer.prefix_sharing=micro_batch"]
+OLD_PATH = [
+    "trainer.scoring_pass=always",
+    "trainer.prefix_sharing=micro_batch",
+    "model.dtype=float32",
+]
 """Overrides that restore how a step ran before issue 19: a scoring pass before every update,
-the shared opening run again by every micro-batch."""
+the shared opening run again by every micro-batch, rollouts sampled from the float32 master
+weights (model.dtype was read by ragen eval only)."""
 QUIET = [
     "logging.tensorboard=false",
     "logging.progress=false",

@@ -76,7 +76,9 @@ class ModelConfig:
     """Policy model: smollm2-135m (embedded), tiny (tests), a local Hugging Face folder, or a
     Hub id (needs allow_download)."""
     dtype: ModelDtype = "auto"
-    """Generation dtype; auto picks bfloat16 where the device runs it natively, else float32."""
+    """Generation dtype (ragen eval, and the training rollouts of the hf and naive backends,
+    which sample from a copy of the float32 master weights in it); auto picks bfloat16 where
+    the device runs it natively, else float32."""
     allow_download: bool = False
     """Let a Hub id in spec be downloaded; off means ragen never touches the network."""
     lora_rank: int = opt(0, ge=0)

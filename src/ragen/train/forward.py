@@ -80,8 +80,10 @@ class SharedOpening:
         for layer in layers:
             assert layer.keys is not None and layer.values is not None  # filled by the forward
             self._outputs += [layer.keys, layer.values]  # (1, H_kv, P, D) each
+        # float32 leaves: the micro-batches' gradients add up in float32 even when the forward
+        # runs in bf16 (autocast), and each micro-batch casts them to what it computes in
         grad = torch.is_grad_enabled()
-        self._leaves = [t.detach().requires_grad_(grad) for t in self._outputs]
+        self._leaves = [t.detach().float().requires_grad_(grad) for t in self._outputs]
 
     def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Last hidden states (B, T, H) of rows of the mini-batch: the opening's, then the
@@ -89,8 +91,10 @@ class SharedOpening:
         rows, prefix = len(input_ids), self.length
         cache = DynamicCache(config=self.decoder.config)
         keys_values = self._leaves[1:]
+        dtypes = [t.dtype for t in self._outputs[1:]]
         for layer in range(len(keys_values) // 2):
-            keys, values = keys_values[2 * layer], keys_values[2 * layer + 1]
+            keys = keys_values[2 * layer].to(dtypes[2 * layer])
+            values = keys_values[2 * layer + 1].to(dtypes[2 * layer + 1])
             cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), layer)
         tail = self.decoder(
             input_ids=input_ids[:, prefix:],
@@ -98,14 +102,14 @@ class SharedOpening:
             past_key_values=cache,
             use_cache=True,
         )
-        shared = self._leaves[0].expand(rows, -1, -1)
+        shared = self._leaves[0].to(self._outputs[0].dtype).expand(rows, -1, -1)
         return torch.cat([shared, tail.last_hidden_state], dim=1)
 
     def backward(self) -> None:
         """The opening's backward, from the gradients the micro-batches left on its outputs;
         then its graph and tensors are released."""
         pairs = [(o, leaf.grad) for o, leaf in zip(self._outputs, self._leaves, strict=True)]
-        pairs = [(o, g) for o, g in pairs if g is not None]
+        pairs = [(o, g.to(o.dtype)) for o, g in pairs if g is not None]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         self._outputs, self._leaves, self.length = [], [], 0

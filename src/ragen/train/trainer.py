@@ -38,6 +38,7 @@ from ragen.rollout.trajectory import Trajectory, collate
 from ragen.sysmem import trim_heap
 from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.evaluator import EvalRequest, evaluate
+from ragen.train.generation_weights import COPYING_BACKENDS, GenerationWeights
 from ragen.train.schedule import lr_scale
 from ragen.train.scoring import policy_logprobs, score_batch
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
@@ -161,7 +162,10 @@ class Trainer:
         if config.trainer.parallel == "fsdp" and distributed.world_size() == 1:
             say("trainer.parallel=fsdp has no effect in one process: nothing to shard over")
         self.m = self.build()
-        self.generator = make_generator(config.rollout.backend, self.m.policy, self.m.tokenizer)
+        self.sampler = GenerationWeights(self.m.policy, self._generation_dtype())
+        self.generator = make_generator(
+            config.rollout.backend, self.sampler.model, self.m.tokenizer
+        )
         self.spec = RolloutSpec.from_config(config.rollout)
         watch = config.monitor.enabled and self.watched
         self.detector = CollapseDetector(config.monitor) if watch else None
@@ -288,6 +292,7 @@ class Trainer:
             self.rollouts_step = first
             seeds = step_env_seeds(t.seed, first, c.rollout.groups)
             mine = distributed.shard(len(seeds))
+            self.sampler.refresh()
             with fsdp.full_weights(self.m.policy):  # ranks generate different numbers of times
                 played = rollout(
                     self.generator,
@@ -451,6 +456,7 @@ class Trainer:
         returned as ``eval/<env>/<figure>`` metrics."""
         t = self.config.trainer
         metrics = {}
+        self.sampler.refresh()
         for env in self.config.env.eval_names or [self.config.env.name]:
             request = EvalRequest(env=env, n=t.eval_episodes, temperature=t.eval_temperature)
             with fsdp.full_weights(self.m.policy):  # the seeds are shared unevenly
@@ -582,6 +588,15 @@ class Trainer:
             )
 
     # ------------------------------------------------------------------------ helpers
+
+    def _generation_dtype(self) -> torch.dtype:
+        """What the rollout samples in: model.dtype, for the backends that sample with the
+        trainer's own model and when it is not sharded (the vLLM engines pick their own; a
+        sharded policy's weights are gathered for each rollout instead)."""
+        c = self.config
+        if c.rollout.backend not in COPYING_BACKENDS or fsdp.is_sharded(self.m.policy):
+            return next(self.m.policy.parameters()).dtype
+        return models.resolve_dtype(c.model.dtype, self.device)
 
     def _autocast_dtype(self) -> torch.dtype | None:
         dtype = models.resolve_dtype(self.config.trainer.update_dtype, self.device)

@@ -139,15 +139,16 @@ class _Openings:
 
     @classmethod
     def of(
-        cls, policy, critic, mini_data: UpdateData, rows: torch.Tensor, s: UpdateSettings, autocast
+        cls, policy, critic, mini_data: UpdateData, mine: bool, s: UpdateSettings, autocast
     ) -> _Openings:
-        """Run the openings of this rank's ``rows`` of the mini-batch once
-        (``trainer.prefix_sharing=mini_batch``). Not for sharded models: each of their
-        forwards is a collective that every rank runs in step, and a rank's opening would be
-        one pass more than the others expect."""
-        if s.sharded or s.trainer.prefix_sharing != "mini_batch" or not len(rows):
+        """Run the openings of the mini-batch once (``trainer.prefix_sharing=mini_batch``),
+        if this rank holds some of its rows (``mine``). Of all its rows, not the rank's: every
+        row is then computed the same way however the rows are shared among processes. Not
+        for sharded models: each of their forwards is a collective that every rank runs in
+        step, and a rank's opening would be one pass more than the others expect."""
+        if s.sharded or s.trainer.prefix_sharing != "mini_batch" or not mine:
             return cls()
-        ids, mask = mini_data.input_ids[rows], mini_data.attention_mask[rows]
+        ids, mask = mini_data.input_ids, mini_data.attention_mask
         with phases.timed(phases.UPDATE_FORWARD), autocast:
             return cls(
                 policy=None if policy is None else SharedOpening(policy.get_decoder(), ids, mask),
@@ -236,9 +237,7 @@ def _critic_first(
     finite = True
     coefs = Coefficients.of(s.algo)
     mine = distributed.shard(len(mini_data.input_ids))
-    opening = _Openings.of(
-        None, critic, mini_data, torch.arange(mine.start, mine.stop), s, autocast
-    )
+    opening = _Openings.of(None, critic, mini_data, len(mine) > 0, s, autocast)
     for micro in torch.arange(mine.start, mine.stop).split(s.trainer.micro_batch_size):
         if not len(micro):
             continue  # a rank may hold no row: split gives ([],)
@@ -306,9 +305,8 @@ def _backward_share(
     sums: dict[str, float] = defaultdict(float)
     finite = True
     micros = _micro_batches(len(mini_data.input_ids), s)
-    mine = [micro for micro, counts in micros if counts]
-    rows = torch.cat(mine) if mine else torch.tensor([], dtype=torch.long)
-    openings = _Openings.of(policy, critic, mini_data, rows, s, autocast)
+    mine = any(counts for _, counts in micros)
+    openings = _Openings.of(policy, critic, mini_data, mine, s, autocast)
     for micro, counts in micros:
         part = mini_data.rows(micro)
         with phases.timed(phases.UPDATE_FORWARD), autocast:
