@@ -218,7 +218,7 @@ def run_path(preset: str, overrides: list[str], steps: int) -> dict:
             )
             print(f"  step {step}: {wall:.1f} s  {fmt_phases(spent)}", flush=True)
         dtypes = {
-            "rollout": next(trainer.m.policy.parameters()).dtype,
+            "rollout": next(trainer.sampler.model.parameters()).dtype,
             "update": trainer._autocast_dtype() or torch.float32,
         }
         return {"overrides": overrides, "steps": records, "shape": shape, "dtypes": dtypes}

@@ -164,7 +164,7 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
     ``run``: a new run directory or, with ``resume``, the run continued from its checkpoint."""
     from contextlib import ExitStack
 
-    from ragen import config
+    from ragen import config, threads
     from ragen.monitor import runlock
     from ragen.monitor.rundir import create_run_dir, rewrite_config
     from ragen.train import distributed, preflight
@@ -174,7 +174,11 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
     preflight.check_runnable(cfg)  # builds the worked turns of the envs just imported
     config.import_reward_terms(cfg)  # user code, imported only now that a run starts
     distributed.check_split(cfg.rollout.groups)  # torchrun: every process refuses, at once
-    with distributed.session(resolve_device(cfg.trainer.device)), ExitStack() as held:
+    with (
+        threads.computing_with(cfg.trainer.threads),
+        distributed.session(resolve_device(cfg.trainer.device)),
+        ExitStack() as held,
+    ):
         main = distributed.is_main()
         # One writer per run directory; under torchrun rank 0 is the one that writes it.
         distributed.on_main(lambda: held.enter_context(runlock.hold(run)))
@@ -266,7 +270,7 @@ def _eval_config(args: argparse.Namespace):
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ragen import config, models
+    from ragen import config, models, threads
     from ragen.monitor.rundir import default_run_root
     from ragen.rollout.backends import make_generator
     from ragen.train.evaluator import (
@@ -294,7 +298,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
     generator = make_generator(args.backend, model, tokenizer)
     request = EvalRequest(env=args.env, n=args.n, k=args.k, temperature=args.temperature)
-    summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)
+    with threads.computing_with(cfg.trainer.threads):
+        summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)
     write_eval(out, summary, trajectories, model=cfg.model.spec)
     print(format_summary(args.env, summary))
     print(f"episodes written to {out / 'trajectories' / 'eval.jsonl'}")

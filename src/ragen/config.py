@@ -247,6 +247,10 @@ class TrainerConfig:
     """Seed of env levels, sampling and initialisation: same seed, same run."""
     device: str = "auto"
     """cpu, cuda, cuda:N (N from 0 to 127), or auto (cuda when available)."""
+    threads: int = opt(0, ge=0, le=1024)
+    """torch threads on the CPU; 0: the cores no other process keeps busy when the run starts
+    (OMP_NUM_THREADS when it is set). Two threads while another process holds a core run
+    every op about 10x slower than one."""
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """Data parallelism under torchrun: ddp keeps whole weights, gradients and optimiser states
     on every process; fsdp (FSDP2) shards them over the processes, gathering the weights for

@@ -1,0 +1,83 @@
+"""How many threads torch computes with: by default, the cores that are free when a run starts.
+
+torch takes every core by default. On a 2-core machine where another process keeps one core
+busy, two torch threads ran every op about 10× slower than one: each op waits for the thread
+that shares its core. ``trainer.threads=0`` (auto) samples ``/proc/stat`` for a moment, counts
+the cores another process keeps busy, and takes the rest of the cores this process may run
+on, at least one. ``OMP_NUM_THREADS``, when set, is the user's own choice and wins (torchrun
+sets it to 1 when it starts several processes on a machine). The sample is taken once, at the
+start: a job started later on the other core still slows the run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+SAMPLE_S = 0.3
+"""How long the idle sample lasts: long enough to see a busy core, short beside a model load."""
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all cores since boot, from /proc/stat; None off Linux."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if first[0] != "cpu":
+        return None
+    values = [int(v) for v in first[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def busy_cores(before: tuple[int, int], after: tuple[int, int], cores: int) -> float:
+    """Cores busy on average between two ``cpu_times`` samples of a machine of ``cores``."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return cores * busy / total if total > 0 else 0.0
+
+
+def free_threads(busy: float, cores: int, allowed: int) -> int:
+    """Threads to use when ``busy`` of the machine's ``cores`` are taken and this process may
+    run on ``allowed`` of them: a core counts as taken when it is busy half the time or more."""
+    return max(1, min(allowed, cores - round(busy)))
+
+
+def choose(setting: int) -> tuple[int, str]:
+    """(threads, why) for ``trainer.threads`` = ``setting`` (0: auto)."""
+    if setting > 0:
+        return setting, "trainer.threads"
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]):
+        return int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    cores = os.cpu_count() or 1
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    before = cpu_times()
+    if before is None:
+        return allowed, f"{allowed} cores"
+    time.sleep(SAMPLE_S)
+    after = cpu_times()
+    assert after is not None  # it read a moment ago
+    busy = busy_cores(before, after, cores)
+    threads = free_threads(busy, cores, allowed)
+    why = f"{busy:.1f} of {cores} cores busy at the start; trainer.threads=N sets it"
+    return threads, why
+
+
+@contextmanager
+def computing_with(setting: int, say=print) -> Iterator[int]:
+    """Run the body with torch's thread count chosen for ``setting`` (see ``choose``), saying
+    so when it is fewer than the cores; the count before is restored after."""
+    previous = torch.get_num_threads()
+    threads, why = choose(setting)
+    if threads < (os.cpu_count() or 1):
+        say(f"torch threads: {threads} ({why})")
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(previous)
