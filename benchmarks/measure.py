@@ -18,7 +18,7 @@ import torch
 
 from ragen import models
 from ragen.train.forward import shared_prefix_length
-from ragen.train.update import UpdateData
+from ragen.train.update import UpdateData, mini_batch_rows
 
 # ---------------------------------------------------------------------------- the machine
 
@@ -155,26 +155,31 @@ def positions_sum(start: int, stop: int) -> int:
     return (stop * (stop + 1) - start * (start + 1)) // 2
 
 
-def chunk_counts(ids: torch.Tensor, mask: torch.Tensor, loss_mask: torch.Tensor) -> dict:
-    """Token counts of one micro-batch (B, T), right padded, as ragen's forward runs it."""
+def chunk_counts(
+    ids: torch.Tensor, mask: torch.Tensor, loss_mask: torch.Tensor, opening: int | None = None
+) -> dict:
+    """Token counts of one micro-batch (B, T), right padded, as ragen's forward runs it: its
+    own shared prefix once, or, given the ``opening`` its mini-batch ran once for all its
+    micro-batches, only what follows it (the opening is counted where it runs)."""
     lengths = [int(n) for n in mask.sum(dim=1)]
-    prefix = shared_prefix_length(ids, mask)
+    prefix = shared_prefix_length(ids, mask) if opening is None else opening
+    once = prefix if opening is None else 0
     rows = len(lengths)
     return {
         "rows": rows,
         "useful_tokens": sum(lengths),
-        "computed_tokens": prefix + sum(n - prefix for n in lengths),
+        "computed_tokens": once + sum(n - prefix for n in lengths),
         "padding_tokens": rows * ids.shape[1] - sum(lengths),
         "shared_prefix": prefix,
         "head_positions": int((loss_mask[:, 1:] > 0).sum()),
         "attn_useful": sum(positions_sum(0, n) for n in lengths),
-        "attn_computed": positions_sum(0, prefix) + sum(positions_sum(prefix, n) for n in lengths),
+        "attn_computed": positions_sum(0, once) + sum(positions_sum(prefix, n) for n in lengths),
     }
 
 
 def add_counts(parts: list[dict]) -> dict:
     total = {k: sum(p[k] for p in parts) for k in parts[0] if k != "shared_prefix"}
-    total["micro_batches"] = len(parts)
+    total["micro_batches"] = sum(1 for p in parts if p["rows"])  # not the openings
     total["shared_prefix"] = [p["shared_prefix"] for p in parts]
     return total
 
@@ -186,12 +191,17 @@ def flops(shape: dict, tokens: int, attn: int, head_positions: int, models_: int
     return models_ * body + 2 * shape["hidden"] * shape["vocab"] * head_positions
 
 
-def update_chunks(data: UpdateData, ppo_epochs: int, mini: int, micro: int, seed: int):
-    """The micro-batches ``ppo_update`` runs, in its order (same permutation seed)."""
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(ppo_epochs):
-        order = torch.randperm(len(data.input_ids), generator=generator)
-        for rows in order.split(mini):
-            mini_data = data.rows(rows)
-            for part in torch.arange(len(rows)).split(micro):
-                yield mini_data.rows(part)
+def update_minis(data: UpdateData, ppo_epochs: int, mini: int, seed: int, sort: bool = False):
+    """The mini-batches ``ppo_update`` runs, in its order (``sort``:
+    ``trainer.sort_micro_batches``)."""
+    for rows in mini_batch_rows(data.attention_mask, ppo_epochs, mini, seed, sort):
+        yield data.rows(rows)
+
+
+def update_chunks(
+    data: UpdateData, ppo_epochs: int, mini: int, micro: int, seed: int, sort: bool = False
+):
+    """The micro-batches ``ppo_update`` runs, in its order."""
+    for mini_data in update_minis(data, ppo_epochs, mini, seed, sort):
+        for part in torch.arange(len(mini_data.input_ids)).split(micro):
+            yield mini_data.rows(part)

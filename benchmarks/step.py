@@ -44,12 +44,13 @@ from measure import (
     matmul_peak,
     model_shape,
     positions_sum,
-    update_chunks,
+    update_minis,
 )
 from ragen import config, phases
 from ragen.config import ROW_BY_ROW
 from ragen.monitor.rundir import RunDir
 from ragen.rollout.trajectory import Trajectory, collate
+from ragen.train.forward import shared_prefix_length
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateData
 
@@ -57,10 +58,11 @@ OLD_PATH = [
     "trainer.scoring_pass=always",
     "trainer.prefix_sharing=micro_batch",
     "model.dtype=float32",
+    "trainer.sort_micro_batches=false",
 ]
 """Overrides that restore how a step ran before issue 19: a scoring pass before every update,
 the shared opening run again by every micro-batch, rollouts sampled from the float32 master
-weights (model.dtype was read by ragen eval only)."""
+weights (model.dtype was read by ragen eval only), micro-batches cut in random order."""
 QUIET = [
     "logging.tensorboard=false",
     "logging.progress=false",
@@ -102,6 +104,18 @@ def rollout_counts(trajectories: list[Trajectory], generated: dict) -> dict:
     }
 
 
+def opening_counts(tokens: int) -> dict:
+    """The counts of a mini-batch's opening run once: ``tokens`` of one row, nothing scored."""
+    zero = dict.fromkeys(("rows", "useful_tokens", "padding_tokens", "head_positions"), 0)
+    return {
+        **zero,
+        "attn_useful": 0,
+        "computed_tokens": tokens,
+        "shared_prefix": tokens,
+        "attn_computed": positions_sum(0, tokens),
+    }
+
+
 def update_counts(trainer: Trainer, kept: list[Trajectory], step: int) -> dict:
     """Token counts of the scoring pass's micro-batches and the update's, in their order."""
     c, t = trainer.config, trainer.config.trainer
@@ -116,8 +130,18 @@ def update_counts(trainer: Trainer, kept: list[Trajectory], step: int) -> dict:
         ref_logprobs=None,
         old_values=None,
     )
-    chunks = update_chunks(data, t.ppo_epochs, t.mini_batch_size, t.micro_batch_size, t.seed + step)
-    update = add_counts([chunk_counts(p.input_ids, p.attention_mask, p.loss_mask) for p in chunks])
+    once = t.prefix_sharing == "mini_batch"  # the opening once per mini-batch
+    parts = []
+    for mini_data in update_minis(
+        data, t.ppo_epochs, t.mini_batch_size, t.seed + step, t.sort_micro_batches
+    ):
+        ids, mask = mini_data.input_ids, mini_data.attention_mask
+        opening = shared_prefix_length(ids, mask) if once else None
+        for rows in torch.arange(len(ids)).split(t.micro_batch_size):
+            parts.append(chunk_counts(ids[rows], mask[rows], mini_data.loss_mask[rows], opening))
+        if opening:
+            parts.append(opening_counts(opening))
+    update = add_counts(parts)
     score = add_counts(
         [
             chunk_counts(data.input_ids[r], data.attention_mask[r], data.loss_mask[r])

@@ -293,6 +293,10 @@ class TrainerConfig:
     line, worked examples, rules): once per mini-batch, its backward taken once after the
     last micro-batch, or once per micro-batch. Both give the same gradients;
     mini_batch computes the opening (micro-batches - 1) times less."""
+    sort_micro_batches: bool = True
+    """Cut each mini-batch into micro-batches of rows of like length (longest first) rather
+    than in its random order: rows are padded to their micro-batch's longest, so less padding
+    is computed. The gradient is the mini-batch's either way (up to float summation order)."""
     eval_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps; 0 never."""
     eval_before: bool = False

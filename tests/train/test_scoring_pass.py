@@ -13,7 +13,7 @@ from ragen import config
 from ragen.monitor.rundir import create_run_dir
 from ragen.rollout.expert import ExpertGenerator
 from ragen.train.trainer import Trainer
-from ragen.train.update import UpdateSettings, ppo_update
+from ragen.train.update import UpdateSettings, by_length, mini_batch_rows, ppo_update
 
 # Sokoban, up to three turns of one action: rows with several reply segments, so the
 # advantages run across turns; 4 episodes, all kept, in micro-batches of 2.
@@ -150,3 +150,32 @@ def test_the_opening_run_once_per_mini_batch_takes_the_same_step(tmp_path, scori
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
     for key in ("actor/pg_loss", "actor/entropy", "critic/value_loss", "actor/grad_norm"):
         assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
+
+
+def test_micro_batches_of_rows_of_like_length_take_the_same_step(tmp_path):
+    common = ["algo.estimator=gae", "trainer.micro_batch_size=1"]
+    sorted_ = _trainer(tmp_path, "sorted", *common)
+    shuffled = _trainer(tmp_path, "shuffled", *common, "trainer.sort_micro_batches=false")
+    episodes = _episodes(sorted_)
+    got, got_grads = _update(sorted_, episodes)
+    want, want_grads = _update(shuffled, episodes)
+    for name in want_grads:
+        for g, w in zip(got_grads[name], want_grads[name], strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    for key in ("actor/pg_loss", "actor/entropy", "critic/value_loss", "actor/grad_norm"):
+        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
+
+
+def test_rows_go_longest_first_ties_in_their_order():
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 0, 0]])
+    rows = torch.tensor([4, 0, 2, 1, 3])
+    assert by_length(rows, mask).tolist() == [1, 3, 4, 0, 2]
+    # the update's mini-batches: one permutation per epoch, cut, each sorted when asked
+    minis = list(mini_batch_rows(mask, epochs=2, size=3, seed=0, sort=True))
+    assert [len(m) for m in minis] == [3, 2, 3, 2]
+    for m in minis:
+        lengths = mask[m].sum(dim=1).tolist()
+        assert lengths == sorted(lengths, reverse=True)
+    plain = list(mini_batch_rows(mask, epochs=2, size=3, seed=0, sort=False))
+    for a, b in zip(minis, plain, strict=True):
+        assert sorted(a.tolist()) == sorted(b.tolist())  # the same rows, reordered

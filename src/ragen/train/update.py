@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
@@ -97,6 +98,28 @@ class UpdateData:
             old_values=take_optional(self.old_values),
             rewards=take_optional(self.rewards),
         )
+
+
+def mini_batch_rows(
+    attention_mask: torch.Tensor, epochs: int, size: int, seed: int, sort: bool
+) -> Iterator[torch.Tensor]:
+    """The row indices of each mini-batch, in the order the update runs them: per epoch a
+    permutation drawn from ``seed``, cut into mini-batches of ``size`` rows (the last holds
+    the rest), each ordered ``by_length`` when ``sort`` (trainer.sort_micro_batches).
+
+    attention_mask: (B, T) of the batch, right-padded."""
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        order = torch.randperm(len(attention_mask), generator=generator)
+        for mini in order.split(size):
+            yield by_length(mini, attention_mask) if sort else mini
+
+
+def by_length(rows: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``rows`` (indices into the (B, T) batch) longest first, ties in their given order: the
+    micro-batches cut from them in turn hold rows of like length, and pad less."""
+    lengths = attention_mask[rows].sum(dim=1)
+    return rows[torch.argsort(lengths, descending=True, stable=True)]
 
 
 def _normaliser(mask: torch.Tensor, mode: str) -> float:
@@ -359,7 +382,6 @@ def ppo_update(
     Each epoch splits the shuffled episodes into mini-batches of ``mini_batch_size``, the
     last one holding the rest; a batch smaller than ``mini_batch_size`` (a filter that keeps
     a varying number of groups kept few) is one mini-batch, so one optimiser step."""
-    generator = torch.Generator().manual_seed(seed)
     tally, skipped, steps = _Tally(), 0, 0
     totals: dict[str, float] = defaultdict(float)  # this rank's shares of _ADDITIVE stats
     autocast = (
@@ -368,36 +390,38 @@ def ppo_update(
         else nullcontext()
     )
     policy.train()
-    for _ in range(s.trainer.ppo_epochs):
-        order = torch.randperm(len(data.input_ids), generator=generator)
-        for mini in order.split(s.trainer.mini_batch_size):
-            mini_data = data.rows(mini)
-            norm = _normaliser(mini_data.loss_mask, s.algo.loss_agg)
-            if norm == 0:
-                continue  # nothing sampled in this mini-batch: no gradient to take
-            for opt in optimizers.values():
-                opt.zero_grad(set_to_none=True)
-            sums = _backward_mini(policy, critic, mini_data, s, norm, autocast, tally)
-            with phases.timed(phases.UPDATE_OPTIMIZER):
-                finite = distributed.all_true(sums is not None)  # one rank's NaN: all skip
-                if not s.sharded:  # FSDP2 summed them during the backward
-                    distributed.sum_gradients(_trainable(policy, critic))
-                # of the summed, whole-batch gradient
-                norms = _clip(policy, critic, s.trainer.grad_clip)
-                finite = finite and all(math.isfinite(n) for n in norms.values())
-                if finite:
-                    for opt in optimizers.values():
-                        opt.step()
+    t = s.trainer
+    rows = mini_batch_rows(
+        data.attention_mask, t.ppo_epochs, t.mini_batch_size, seed, t.sort_micro_batches
+    )
+    for mini in rows:
+        mini_data = data.rows(mini)
+        norm = _normaliser(mini_data.loss_mask, s.algo.loss_agg)
+        if norm == 0:
+            continue  # nothing sampled in this mini-batch: no gradient to take
+        for opt in optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        sums = _backward_mini(policy, critic, mini_data, s, norm, autocast, tally)
+        with phases.timed(phases.UPDATE_OPTIMIZER):
+            finite = distributed.all_true(sums is not None)  # one rank's NaN: all skip
+            if not s.sharded:  # FSDP2 summed them during the backward
+                distributed.sum_gradients(_trainable(policy, critic))
+            # of the summed, whole-batch gradient
+            norms = _clip(policy, critic, s.trainer.grad_clip)
+            finite = finite and all(math.isfinite(n) for n in norms.values())
             if finite:
-                assert sums is not None  # all_true above is False on a rank without sums
-                steps += 1
-                tally.add(norms, 1.0)
-                for key, value in sums.items():
-                    totals[key] += value
-            else:
-                skipped += 1
-            for opt in optimizers.values():
-                opt.zero_grad(set_to_none=True)
+                for opt in optimizers.values():
+                    opt.step()
+        if finite:
+            assert sums is not None  # all_true above is False on a rank without sums
+            steps += 1
+            tally.add(norms, 1.0)
+            for key, value in sums.items():
+                totals[key] += value
+        else:
+            skipped += 1
+        for opt in optimizers.values():
+            opt.zero_grad(set_to_none=True)
     policy.eval()
     metrics = tally.global_means()
     if steps:  # a mini-batch's value is the sum of the ranks' shares; averaged over the steps
