@@ -135,6 +135,18 @@ def test_an_update_that_is_not_on_policy_scores_first(tmp_path, overrides):
     assert data.advantages is not None
 
 
+def _assert_same_step(got_trainer: Trainer, want_trainer: Trainer) -> None:
+    """The two trainers' updates on the same episodes give the same gradients and losses."""
+    episodes = _episodes(got_trainer)
+    got, got_grads = _update(got_trainer, episodes)
+    want, want_grads = _update(want_trainer, episodes)
+    for name in want_grads:
+        for g, w in zip(got_grads[name], want_grads[name], strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    for key in ("actor/pg_loss", "actor/entropy", "critic/value_loss", "actor/grad_norm"):
+        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
+
+
 @pytest.mark.parametrize("scoring_pass", ["auto", "always"])
 def test_the_opening_run_once_per_mini_batch_takes_the_same_step(tmp_path, scoring_pass):
     # trainer.prefix_sharing: mini_batch runs the shared opening once for the update's two
@@ -142,28 +154,14 @@ def test_the_opening_run_once_per_mini_batch_takes_the_same_step(tmp_path, scori
     common = ["algo.estimator=gae", f"trainer.scoring_pass={scoring_pass}"]
     once = _trainer(tmp_path, "once", *common)
     each = _trainer(tmp_path, "each", *common, "trainer.prefix_sharing=micro_batch")
-    episodes = _episodes(once)
-    got, got_grads = _update(once, episodes)
-    want, want_grads = _update(each, episodes)
-    for name in want_grads:
-        for g, w in zip(got_grads[name], want_grads[name], strict=True):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
-    for key in ("actor/pg_loss", "actor/entropy", "critic/value_loss", "actor/grad_norm"):
-        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
+    _assert_same_step(once, each)
 
 
 def test_micro_batches_of_rows_of_like_length_take_the_same_step(tmp_path):
     common = ["algo.estimator=gae", "trainer.micro_batch_size=1"]
     sorted_ = _trainer(tmp_path, "sorted", *common)
     shuffled = _trainer(tmp_path, "shuffled", *common, "trainer.sort_micro_batches=false")
-    episodes = _episodes(sorted_)
-    got, got_grads = _update(sorted_, episodes)
-    want, want_grads = _update(shuffled, episodes)
-    for name in want_grads:
-        for g, w in zip(got_grads[name], want_grads[name], strict=True):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
-    for key in ("actor/pg_loss", "actor/entropy", "critic/value_loss", "actor/grad_norm"):
-        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
+    _assert_same_step(sorted_, shuffled)
 
 
 def test_rows_go_longest_first_ties_in_their_order():
