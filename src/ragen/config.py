@@ -292,7 +292,9 @@ class TrainerConfig:
     """How often the update (and a scoring pass) runs the opening every row shares (system
     line, worked examples, rules): once per mini-batch, its backward taken once after the
     last micro-batch, or once per micro-batch. Both give the same gradients;
-    mini_batch computes the opening (micro-batches - 1) times less."""
+    mini_batch computes the opening (micro-batches - 1) times less. Sharded models
+    (trainer.parallel=fsdp under torchrun) run it once per micro-batch either way: each of
+    their forwards is a collective the processes run in step."""
     sort_micro_batches: bool = True
     """Cut each mini-batch into micro-batches of rows of like length (longest first) rather
     than in its random order: rows are padded to their micro-batch's longest, so less padding
