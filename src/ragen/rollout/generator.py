@@ -31,6 +31,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ragen import phases
+from ragen.kv_keyword import cache_kwarg
 from ragen.rollout.sampling import choose, row_generators
 from ragen.sysmem import available_memory
 
@@ -508,13 +509,13 @@ class CachedGenerator:
             input_ids=ids.to(device),
             attention_mask=mask.long().to(device),
             position_ids=positions.to(device),
-            past_key_values=cache,
+            **cache_kwarg(self.model, cache),
             use_cache=True,
             logits_to_keep=1,
         )
         logits = out.logits[:, -1]  # (B, V)
         for b, job in enumerate(jobs):
-            job.kv = _row_kv(out.past_key_values, b, mask[b].to(device))
+            job.kv = _row_kv(cache, b, mask[b].to(device))
             job.logits = logits[b]
             job.source = None
         self.stats.prefilled_tokens += sum(len(n) for n in new)
@@ -563,7 +564,7 @@ class CachedGenerator:
                 input_ids=tokens[:, None].to(device),
                 attention_mask=batch.mask.long().to(device),
                 position_ids=batch.positions[:, None].to(device),
-                past_key_values=batch.cache,
+                **cache_kwarg(self.model, batch.cache),
                 use_cache=True,
             )
             batch.logits = out.logits[:, -1]  # (B, V)

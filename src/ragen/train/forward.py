@@ -24,6 +24,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from ragen.algos import logprobs_and_entropy
+from ragen.kv_keyword import cache_kwarg
 
 # Below this many shared tokens the extra prefix call costs more than it saves.
 MIN_SHARED_PREFIX = 16
@@ -71,7 +72,7 @@ class SharedOpening:
             return
         cache = DynamicCache(config=decoder.config)
         opening = input_ids[:1, : self.length]
-        head = decoder(input_ids=opening, past_key_values=cache, use_cache=True)
+        head = decoder(input_ids=opening, **cache_kwarg(decoder, cache), use_cache=True)
         layers = [layer for layer in cache.layers if isinstance(layer, DynamicLayer)]
         if any(type(layer) is not DynamicLayer for layer in cache.layers):
             self.length = 0
@@ -99,7 +100,7 @@ class SharedOpening:
         tail = self.decoder(
             input_ids=input_ids[:, prefix:],
             attention_mask=attention_mask,  # the whole row's mask: opening and own tokens
-            past_key_values=cache,
+            **cache_kwarg(self.decoder, cache),
             use_cache=True,
         )
         shared = self._leaves[0].to(self._outputs[0].dtype).expand(rows, -1, -1)
@@ -133,12 +134,12 @@ def decoder_hidden(
         ).last_hidden_state
     rows = len(input_ids)
     cache = DynamicCache(config=decoder.config)
-    head = decoder(input_ids=input_ids[:1, :prefix], past_key_values=cache, use_cache=True)
+    head = decoder(input_ids=input_ids[:1, :prefix], **cache_kwarg(decoder, cache), use_cache=True)
     cache.batch_repeat_interleave(rows)
     tail = decoder(
         input_ids=input_ids[:, prefix:],
         attention_mask=attention_mask,  # the whole row's mask: prefix and own tokens
-        past_key_values=cache,
+        **cache_kwarg(decoder, cache),
         use_cache=True,
     )
     shared = head.last_hidden_state.expand(rows, -1, -1)
