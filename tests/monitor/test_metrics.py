@@ -1,4 +1,4 @@
-"""Diversity metrics of a step's episodes, on hand-built trajectories."""
+"""Rollout and diversity metrics of a step's episodes, on hand-built trajectories."""
 
 import pytest
 
@@ -8,6 +8,7 @@ from ragen.monitor.metrics import (
     distinct_ratio,
     diversity_metrics,
     example_thought,
+    rollout_metrics,
     template_thinks,
 )
 from ragen.rollout.trajectory import Trajectory, Turn
@@ -94,3 +95,30 @@ def test_diversity_metrics_of_nothing_are_zero():
     assert diversity_metrics([Trajectory(env="bandit", group=0, copy=0, seed=0)])[
         "think/empty_share"
     ] == pytest.approx(0.0)
+
+
+def _ended(end, *rewards):
+    t = _episode(0, 0, *["go"] * len(rewards))
+    for turn, reward in zip(t.turns, rewards, strict=True):
+        turn.reward = reward
+    t.end = end
+    return t
+
+
+def test_each_end_reason_reports_its_share_and_what_it_paid():
+    # Sokoban's shape: playing the action budget out at -0.1 per action pays less than
+    # ending the episode with one cut reply (format penalty only): the early-ending signal
+    episodes = [
+        _ended("truncated:reply_length", -0.1),
+        _ended("truncated:reply_length", -0.2, -0.1),
+        _ended("truncated:actions", -0.5, -0.5),
+        _ended("terminated", -0.3, 10.8),
+    ]
+    logged = rollout_metrics(episodes)
+    assert logged["rollout/end_truncated_reply_length"] == 0.5
+    assert logged["rollout/end_truncated_actions"] == 0.25
+    assert logged["rollout/end_truncated_turns"] == 0.0
+    assert logged["rollout/return_end_truncated_reply_length"] == pytest.approx(-0.2)
+    assert logged["rollout/return_end_truncated_actions"] == pytest.approx(-1.0)
+    assert logged["rollout/return_end_terminated"] == pytest.approx(10.5)
+    assert "rollout/return_end_truncated_turns" not in logged  # no episode ended so

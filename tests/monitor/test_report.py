@@ -332,3 +332,29 @@ def test_difference_z_by_hand():
     none = {"success": 0.0, "episodes": 10}
     assert report.difference_z(none, none) == 0.0
     assert report.difference_z(none, {"success": 1.0, "episodes": 10}) == float("inf")
+
+
+def test_endings_plot_the_share_and_the_return_of_each_way_episodes_ended(tmp_path):
+    # steps 0-1: some replies cut (paying -0.1 against -1.0 for playing the budget out)
+    records = [
+        {"step": 0, "rollout/end_truncated_reply_length": 0.25, "rollout/end_terminated": 0.0,
+         "rollout/return_end_truncated_reply_length": -0.1, "rollout/end_truncated_actions": 0.75,
+         "rollout/return_end_truncated_actions": -1.0},
+        {"step": 1, "rollout/end_truncated_reply_length": 0.5, "rollout/end_terminated": 0.0,
+         "rollout/return_end_truncated_reply_length": -0.2, "rollout/end_truncated_actions": 0.5,
+         "rollout/return_end_truncated_actions": -0.9},
+    ]  # fmt: skip
+    data = report.load_run(_run(tmp_path, "cut", records).root)
+    panels = report.plot_data([data])["endings"]
+    shares = {c.key: c.raw for c in panels["share of episodes"]}
+    assert shares == {
+        "rollout/end_truncated_reply_length": [0.25, 0.5],
+        "rollout/end_terminated": [0.0, 0.0],
+        "rollout/end_truncated_actions": [0.75, 0.5],
+    }
+    returns = {c.key: c.raw for c in panels["mean return of those episodes"]}
+    assert returns["rollout/return_end_truncated_reply_length"] == [-0.1, -0.2]
+    plot = next(p for p in report.PLOTS if p.name == "endings")
+    fig = report.draw(plot, panels, [data])
+    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert legend == ["cut · truncated_reply_length", "cut · truncated_actions"]

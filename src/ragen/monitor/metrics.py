@@ -48,8 +48,13 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         names.CONTEXT_TOKENS: _mean([len(t.token_ids) for t in trajectories]),
     }
     for reason in END_REASONS:
-        share = _mean([float(t.end == reason) for t in trajectories])
-        metrics[f"rollout/end_{reason.replace(':', '_')}"] = share
+        ended = [t.total_reward for t in trajectories if t.end == reason]
+        key = reason.replace(":", "_")
+        metrics[f"rollout/end_{key}"] = len(ended) / max(1, len(trajectories))
+        # What ending this way pays: when a cut reply or the turn budget pays more than
+        # playing on, the policy learns to end episodes early instead of solving them.
+        if ended:
+            metrics[f"rollout/return_end_{key}"] = _mean(ended)
     terms = dict.fromkeys(name for turn in turns for name in turn.terms)
     for name in terms:  # each reward term's share of the episode return, per episode
         total = sum(turn.terms.get(name, 0.0) for turn in turns)

@@ -88,6 +88,15 @@ PLOTS = (
         ),
     ),
     Plot(
+        "endings",
+        "How episodes ended",
+        (
+            Panel("share of episodes", ("rollout/end_*",)),
+            # a way of ending that pays more than playing on is one the policy learns
+            Panel("mean return of those episodes", ("rollout/return_end_*",)),
+        ),
+    ),
+    Plot(
         "diversity",
         "Diversity and template collapse",
         (
@@ -253,7 +262,7 @@ def plot_data(
 
 # ---------------------------------------------------------------------------- drawing
 
-_STYLES = ("-", "--", "-.", ":")
+_STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))  # five: the end reasons
 
 
 def draw(plot: Plot, panels: dict[str, list[Series]], runs: Sequence[RunData]) -> Figure:
@@ -299,9 +308,15 @@ def _draw_panel(ax, panel: Panel, curves: list[Series], runs, colors: dict[str, 
 
 
 def _short(key: str) -> str:
-    """eval/sokoban/success -> sokoban; other keys stay whole."""
+    """eval/sokoban/success -> sokoban, rollout/return_end_terminated -> terminated; other
+    keys stay whole."""
     parts = key.split("/")
-    return parts[1] if parts[0] == "eval" and len(parts) == 3 else key
+    if parts[0] == "eval" and len(parts) == 3:
+        return parts[1]
+    for prefix in ("rollout/return_end_", "rollout/end_"):
+        if key.startswith(prefix):
+            return key.removeprefix(prefix)
+    return key
 
 
 def _mark_alerts(ax, runs: Sequence[RunData], colors: dict[str, str]) -> None:
