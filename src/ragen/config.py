@@ -135,6 +135,11 @@ class RolloutConfig:
     """Which replies get format_penalty: no_action, those that run no action (bad tags, no
     action word, cut short); any_invalid, also those with any answer piece that is not an
     action word, even if the others ran (RAGEN's code)."""
+    cut_reply_penalty: float | None = opt(None, le=0.0)
+    """Reward of a turn whose reply was cut at max_reply_tokens (which ends the episode), in
+    place of format_penalty; None: format_penalty. When ending so costs less than playing on
+    and failing (Sokoban: -0.1 per action), the policy learns to ramble until cut
+    (rollout/return_end_truncated_reply_length shows what cutting pays)."""
     reward_terms: dict[str, float] = opt({})
     """Shaping terms added to each turn's reward, name: weight (built-ins think_bonus,
     think_tokens, or module:function); each is logged as reward/<name>. A module:function is

@@ -84,6 +84,13 @@ def test_each_end_reason(tokenizer):
     cut = run(["a very long thought " * 20], max_reply_tokens=8)
     assert cut.end == "truncated:reply_length"
     assert cut.turns[0].actions == [] and cut.turns[0].reward == pytest.approx(-0.1)
+    # a cut reply priced above a played-out failure (3 turns of Up || Down: -0.6)
+    priced = run(["a very long thought " * 20], max_reply_tokens=8, cut_reply_penalty=-1.0)
+    assert priced.end == "truncated:reply_length" and priced.total_reward == pytest.approx(-1.0)
+    assert priced.turns[0].terms["format"] == pytest.approx(-1.0)
+    # a bad reply that is not cut keeps format_penalty
+    bad = run(["x</think><answer>Jump</answer>"] * 3, cut_reply_penalty=-1.0)
+    assert [t.reward for t in bad.turns] == pytest.approx([-0.1] * 3)
     small = run([wander] * 3, max_context_tokens=300, max_reply_tokens=48)
     assert small.end == "truncated:context" and len(small.token_ids) + 48 > 300
 

@@ -51,6 +51,7 @@ class RolloutSpec:
     think: bool = _DEFAULT.think
     format_penalty: float = _DEFAULT.format_penalty
     format_penalty_mode: str = _DEFAULT.format_penalty_mode
+    cut_reply_penalty: float | None = _DEFAULT.cut_reply_penalty
     demos: int = _DEFAULT.demos
     reward_terms: tuple[tuple[str, float], ...] = tuple(_DEFAULT.reward_terms.items())
 
@@ -173,6 +174,8 @@ def _take_turn(
     # action, even when the rest ran; no_action only when nothing ran.
     invalid = spec.format_penalty_mode == "any_invalid" and parsed.unknown_actions > 0
     penalty = spec.format_penalty if not actions or invalid else 0.0
+    if sample.finish == "length" and spec.cut_reply_penalty is not None:
+        penalty = spec.cut_reply_penalty
     done = Turn(
         observation=observation,
         reply=reply,
