@@ -120,6 +120,8 @@ $(LLAMA_BENCH): | $(STAMP)
 	cmake -S $(LLAMA_DIR) -B $(LLAMA_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
 		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 	cmake --build $(LLAMA_DIR)/build --target llama-batched-bench -j 2
+	# convert_hf_to_gguf.py imports sentencepiece before it looks for a tokenizer.model
+	$(PIP) install sentencepiece==0.2.3
 
 llama-cpp: $(LLAMA_BENCH)
 
