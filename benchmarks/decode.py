@@ -136,12 +136,12 @@ def main() -> None:
     if not binary.exists():
         sys.exit(f"{binary} is missing: build it with `make llama-cpp` (from source, minutes)")
     gguf = gguf_file(args.llama_dir, "f32")
-    fp32, _ = models.load_policy(models.DEFAULT_SPEC, dtype="float32")
-    auto, tokenizer = models.load_policy(models.DEFAULT_SPEC, dtype="auto")
-    auto_dtype = str(next(auto.parameters()).dtype).removeprefix("torch.")
-    policies = {"ragen float32": fp32, f"ragen {auto_dtype} (auto)": auto}
-    if auto_dtype == "float32":
-        policies.pop(f"ragen {auto_dtype} (auto)")
+    fp32, tokenizer = models.load_policy(models.DEFAULT_SPEC, dtype="float32")
+    policies = {"ragen float32": fp32}
+    auto_dtype = str(models.resolve_dtype("auto")).removeprefix("torch.")
+    if auto_dtype != "float32":  # the dtype rollouts sample in here, as an extra row
+        auto, _ = models.load_policy(models.DEFAULT_SPEC, dtype="auto")
+        policies[f"ragen {auto_dtype} (auto)"] = auto
     shape = model_shape(fp32)
     prompt = [random.Random(0).randrange(3, shape["vocab"]) for _ in range(args.prompt)]
 

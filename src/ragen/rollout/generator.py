@@ -31,7 +31,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ragen import phases
-from ragen.kv_keyword import cache_kwarg
+from ragen.kv_keyword import cache_keyword, cache_kwarg
 from ragen.rollout.sampling import choose, row_generators
 from ragen.sysmem import available_memory
 
@@ -541,6 +541,7 @@ class CachedGenerator:
         """Sample until every row stops; a row's cache is kept as the episode's entry."""
         samples: dict[int, Sample] = {}
         device = self.model.device
+        keyword = cache_keyword(self.model)  # once per call, not per decode step
         for step in range(max_new_tokens):
             rows_gens = [generators[i] for i in batch.index]
             tokens, logprobs = choose(batch.logits, rows_gens, temperature, top_p)  # (B,) each
@@ -564,7 +565,7 @@ class CachedGenerator:
                 input_ids=tokens[:, None].to(device),
                 attention_mask=batch.mask.long().to(device),
                 position_ids=batch.positions[:, None].to(device),
-                **cache_kwarg(self.model, batch.cache),
+                **{keyword: batch.cache},
                 use_cache=True,
             )
             batch.logits = out.logits[:, -1]  # (B, V)
