@@ -10,11 +10,13 @@ comes first. Prints base and final success per env; writes
 ``benchmarks/results/learn_<preset>.json`` and the run's report (PNG curves, summary.md)
 into ``docs/learn-<preset>/``. ``--sft`` trains with ``ragen sft`` (supervised, on expert
 dialogues; ``sft.steps`` or ``--minutes``) instead of RL: ``learn_sft_<preset>.json`` and
-``docs/learn-sft-<preset>/``. Each evaluation's episodes and full summary (turns, reply
-tokens, why episodes ended) are kept in ``RUN_DIR/eval-base/`` and ``RUN_DIR/eval-final/``,
-standalone evaluation folders that ``ragen view`` opens.
+``docs/learn-sft-<preset>/``. ``--name NAME`` writes ``learn_<NAME>.json`` and
+``docs/learn-<NAME>/`` instead, so a variant does not overwrite the preset's result. Each
+evaluation's episodes and full summary (turns, reply tokens, why episodes ended) are kept in
+``RUN_DIR/eval-base/`` and ``RUN_DIR/eval-final/``, standalone evaluation folders that
+``ragen view`` opens.
 
-The base evaluation (25-35 minutes for 256 Sokoban or FrozenLake seeds here) is saved to
+The base evaluation (5-35 minutes for 256 Sokoban or FrozenLake seeds, by machine) is saved to
 ``RUN_DIR/base_eval.json`` as soon as it ends, with a fingerprint of everything its numbers
 depend on: ragen's source files, the model, env and rollout settings, the sampling seed, the
 seeds, the temperature, torch and its thread count. ``--base-from RUN_DIR`` takes an earlier
@@ -173,6 +175,9 @@ def main() -> None:
         "--sft", action="store_true", help="train with ragen sft on expert dialogues, not RL"
     )
     parser.add_argument(
+        "--name", help="result name: learn_NAME.json, docs/learn-NAME/ (default: PRESET)"
+    )
+    parser.add_argument(
         "--base-from",
         type=Path,
         help="reuse an earlier run's base evaluation (refused if measured under other conditions)",
@@ -185,7 +190,9 @@ def main() -> None:
     fingerprint = eval_fingerprint(cfg, args.eval_n, args.temperature)
     if args.base_from:  # checked before anything is created or loaded
         base = load_base(args.base_from, fingerprint)
-    name = f"sft-{args.preset}" if args.sft else args.preset
+    name = args.name or (f"sft-{args.preset}" if args.sft else args.preset)
+    if not name.replace("-", "").replace("_", "").isalnum():
+        parser.error(f"--name takes letters, digits, - and _ only; got {name!r}")
     run = RunDir(Path(args.out or f"runs/learn-{name}-{stamp}"))
     create_run_dir(run.root, cfg)
     trainer = (SftTrainer if args.sft else Trainer)(cfg, run)
@@ -216,6 +223,7 @@ def main() -> None:
     write_report([run.root], docs)
     command = [args.preset, *args.overrides, f"--minutes {args.minutes:g}"]
     command += ["--sft"] if args.sft else []
+    command += [f"--name {args.name}"] if args.name else []
     command += [f"--eval-n {args.eval_n}", f"--temperature {args.temperature:g}"]
     if args.base_from:
         command.append(f"--base-from {args.base_from}")
@@ -243,7 +251,8 @@ def main() -> None:
     }
     prepend_base_and_final(docs / "summary.md", result)
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"learn_{'sft_' if args.sft else ''}{args.preset}.json"
+    stem = args.name or (f"sft_{args.preset}" if args.sft else args.preset)
+    path = RESULTS / f"learn_{stem}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path} and {docs}/")
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragen import envs
+from ragen import envs, models
 from ragen.envs.base import GenerationError
 from ragen.envs.sokoban import (
     DEFAULT_SYMBOLS,
@@ -127,6 +127,32 @@ def test_newvocab_draws_the_same_rooms_with_other_symbols():
     assert "W wall" in newvocab.instructions()
 
 
+def test_spaced_rooms_are_the_same_rooms_and_moves_with_a_space_between_cells():
+    plain, spaced = SokobanEnv(), SokobanEnv(spaced=True)
+    for seed in range(20):
+        text = spaced.reset(seed)
+        assert text == "\n".join(" ".join(row) for row in plain.reset(seed).splitlines())
+        assert Room.from_text(text) == plain.room
+        for move in solve(plain.room):
+            a, b = plain.step(move), spaced.step(move)
+            assert (b.reward, b.terminated) == (a.reward, a.terminated)
+            assert b.observation.replace(" ", "") == a.observation
+        assert b.terminated
+    assert [d.observation for d in spaced.demonstrations()] == [
+        "\n".join(" ".join(row) for row in d.observation.splitlines())
+        for d in plain.demonstrations()
+    ]
+
+
+def test_spaced_cells_are_one_token_each_for_the_embedded_tokenizer():
+    tokenizer = models.load_tokenizer("smollm2-135m")
+    text = SokobanEnv(spaced=True).reset(0)  # walls, floor, box and player
+    for row in text.splitlines():
+        assert len(tokenizer(row)["input_ids"]) == 6
+    # Unspaced, the runs merge: "######" is not six tokens.
+    assert len(tokenizer(SEED_0_SMALL.splitlines()[0])["input_ids"]) < 6
+
+
 def test_the_action_budget_truncates():
     env = envs.make("sokoban", max_actions=3)
     env.reset(0)
@@ -153,6 +179,7 @@ def test_the_action_budget_truncates():
         ({"carve_steps": 10**11}, r"carve_steps must be between 1 and 20000, got 100000000000"),
         ({"pull_steps": 20_001}, r"pull_steps must be between 1 and 20000, got 20001"),
         ({"max_tries": 10**9}, r"max_tries must be between 1 and 1000, got 1000000000"),
+        ({"spaced": "yes"}, r"spaced must be true or false; got 'yes'"),
     ],
 )
 def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, message):

@@ -124,14 +124,14 @@ class Room:
         """Index offset of one move in each action direction."""
         return {"Up": -self.width, "Down": self.width, "Left": -1, "Right": 1}
 
-    def render(self, symbols: Mapping[str, str] = DEFAULT_SYMBOLS) -> str:
-        return _draw(self, self.boxes, self.player, symbols)
+    def render(self, symbols: Mapping[str, str] = DEFAULT_SYMBOLS, spaced: bool = False) -> str:
+        return _draw(self, self.boxes, self.player, symbols, spaced)
 
     @classmethod
     def from_text(cls, text: str, symbols: Mapping[str, str] = DEFAULT_SYMBOLS) -> Room:
-        """Parse a drawn room (one line per row); the outer ring must be wall."""
+        """Parse a drawn room (one line per row, spaced or not); the outer ring must be wall."""
         role_of = {glyph: role for role, glyph in symbols.items()}
-        rows = [line.strip() for line in text.strip().splitlines()]
+        rows = [line.replace(" ", "") for line in text.strip().splitlines()]
         height, width = len(rows), len(rows[0])
         if any(len(row) != width for row in rows):
             raise ValueError("every row of a room must have the same length")
@@ -158,8 +158,14 @@ def _on_border(index: int, height: int, width: int) -> bool:
     return row in (0, height - 1) or col in (0, width - 1)
 
 
-def _draw(room: Room, boxes: Iterable[int], player: int, symbols: Mapping[str, str]) -> str:
-    """The grid as text, one row per line."""
+def _draw(
+    room: Room,
+    boxes: Iterable[int],
+    player: int,
+    symbols: Mapping[str, str],
+    spaced: bool = False,
+) -> str:
+    """The grid as text, one row per line; `spaced` puts a space between cells."""
     cells = [
         symbols["target"] if i in room.targets else symbols["floor" if f else "wall"]
         for i, f in enumerate(room.floor)
@@ -168,7 +174,8 @@ def _draw(room: Room, boxes: Iterable[int], player: int, symbols: Mapping[str, s
         cells[box] = symbols["box_on_target" if box in room.targets else "box"]
     cells[player] = symbols["player_on_target" if player in room.targets else "player"]
     w = room.width
-    return "\n".join("".join(cells[r * w : (r + 1) * w]) for r in range(room.height))
+    gap = " " if spaced else ""
+    return "\n".join(gap.join(cells[r * w : (r + 1) * w]) for r in range(room.height))
 
 
 def check_symbols(symbols: Mapping[str, str]) -> Mapping[str, str]:
@@ -437,6 +444,10 @@ class SokobanEnv:
     Rewards: -0.1 per action, +1 for a box pushed onto a target, -1 for one pushed off,
     +10 when every box is on a target (which ends the episode). `load(room)` starts an
     episode from a given room instead of a generated one.
+
+    `spaced=True` draws a space between cells. Byte-pair tokenizers merge runs of wall and
+    floor (SmolLM2's makes `####` and `____` one token each), so in the unspaced grid a
+    cell's column is not its token position; spaced, every cell is one token.
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -448,6 +459,7 @@ class SokobanEnv:
         num_boxes: int = 1,
         max_actions: int = 100,
         symbols: Mapping[str, str] = DEFAULT_SYMBOLS,
+        spaced: bool = False,
         carve_steps: int | None = None,
         pull_steps: int | None = None,
         max_tries: int = 100,
@@ -455,6 +467,9 @@ class SokobanEnv:
         check_room_options(height, width, num_boxes)
         check_generator_options(carve_steps, pull_steps, max_tries)
         self.symbols = check_symbols(symbols)
+        if not isinstance(spaced, bool):
+            raise ValueError(f"spaced must be true or false; got {spaced!r}")
+        self.spaced = spaced
         self._generator_options: _GeneratorOptions = {
             "height": height,
             "width": width,
@@ -497,7 +512,7 @@ class SokobanEnv:
         """
         worked = []
         for seed in _DEMO_SEEDS:
-            other = SokobanEnv(**self._generator_options, symbols=self.symbols)
+            other = SokobanEnv(**self._generator_options, symbols=self.symbols, spaced=self.spaced)
             observation = other.reset(seed)
             try:
                 solution = solve(other.room)
@@ -520,7 +535,7 @@ class SokobanEnv:
         self._player = room.player
         self._offsets = room.offsets()
         self._budget.start()
-        self._text = room.render(self.symbols)
+        self._text = room.render(self.symbols, self.spaced)
         return self._text
 
     def step(self, action: str) -> StepResult:
@@ -538,7 +553,7 @@ class SokobanEnv:
         if solved:
             reward += SOLVED_BONUS
         truncated = self._budget.close(terminated=solved)
-        self._text = _draw(room, self._boxes, self._player, self.symbols)
+        self._text = _draw(room, self._boxes, self._player, self.symbols, self.spaced)
         return StepResult(
             self._text, reward, solved, truncated, info(solved, True, moved is not None)
         )
