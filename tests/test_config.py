@@ -146,6 +146,13 @@ BAD = [
     (["algo.filter_mode=top_k"], "algo.filter_mode", "std, std_rev, top_p"),
     (["algo.whiten_advantages=2"], "algo.whiten_advantages", "true or false"),
     (["rollout.format_penalty_mode=always"], "rollout.format_penalty_mode", "any_invalid"),
+    (["env.eval_options.bandit.arm_names=[A, B]"], "env.eval_options", "set its options in"),
+    (["env.eval_options.sokoban.spaced=true"], "env.eval_options", "does not evaluate"),
+    (
+        ["env.eval_names=[sokoban-large]", "env.eval_options.sokoban-large.spaced=maybe"],
+        "env.eval_options.sokoban-large",
+        "spaced must be true or false",
+    ),
 ]
 
 
@@ -371,3 +378,17 @@ def test_top_p_bounds_the_mini_batch_by_every_episode():
             "trainer.micro_batch_size=8",
         ],
     )
+
+
+def test_eval_envs_take_their_own_options_and_the_training_env_takes_env_options():
+    c = config.load(
+        "sokoban",
+        [
+            "env.options.spaced=true",
+            "env.eval_names=[sokoban, sokoban-large, frozen-lake]",
+            "env.eval_options.sokoban-large={spaced: true, num_boxes: 1}",
+        ],
+    )
+    assert config.env_options(c, "sokoban") == {"spaced": True}
+    assert config.env_options(c, "sokoban-large") == {"spaced": True, "num_boxes": 1}
+    assert config.env_options(c, "frozen-lake") == {}

@@ -97,6 +97,9 @@ class EnvConfig:
     """Keyword options of the environment, e.g. {num_boxes: 2} for Sokoban."""
     eval_names: list[str] = opt([])
     """Environments evaluated every trainer.eval_every steps; empty means the training env."""
+    eval_options: dict[str, dict[str, Any]] = opt({})
+    """Keyword options of eval envs other than the training env (which takes env.options), by
+    name, e.g. {sokoban-large: {spaced: true}}; each name must be in eval_names."""
 
 
 # The generator backends, named once: the config field, `ragen eval --backend` and
@@ -831,6 +834,25 @@ def _env_names(c: Config) -> list[tuple[str, str]]:
     ]
 
 
+def env_options(c: Config, name: str) -> dict[str, Any]:
+    """The keyword options env ``name`` is built with in a run of ``c``."""
+    return c.env.options if name == c.env.name else c.env.eval_options.get(name, {})
+
+
+def _check_eval_options(c: Config) -> None:
+    for name in c.env.eval_options:
+        if name == c.env.name:
+            raise ConfigError(
+                f"config: env.eval_options names {_shown(name)}, the training env: "
+                "set its options in env.options (they hold for its evaluation too)"
+            )
+        if name not in c.env.eval_names:
+            raise ConfigError(
+                f"config: env.eval_options names {_shown(name)}, which env.eval_names "
+                f"({_shown(c.env.eval_names)}) does not evaluate: add it there or drop it"
+            )
+
+
 def _check_envs(c: Config) -> None:
     """Each env's name; and the options and worked turns of those ragen ships. An env of
     the user's (package.module:Class, or an installed entry point) is judged by its name
@@ -842,6 +864,7 @@ def _check_envs(c: Config) -> None:
             envs.check_name(name)
         except ValueError as err:
             raise ConfigError(f"config: {key}={_shown(name)}: {_reason(err)}") from None
+    _check_eval_options(c)
     _check_built_envs(c, [name for _, name in _env_names(c) if name in envs.names()])
 
 
@@ -861,18 +884,22 @@ def import_envs(c: Config) -> None:
 
 
 def _check_built_envs(c: Config, names: list[str]) -> None:
-    """Build the envs ``names`` picks out of ``c``'s: the training env under env.options must
-    make a level, and each must offer the worked turns rollout.demos asks for."""
+    """Build the envs ``names`` picks out of ``c``'s: each env given options (env.options,
+    env.eval_options) must make a level under them, and each must offer the worked turns
+    rollout.demos asks for."""
     from ragen import envs
 
     built = {}
-    if c.env.name in names:
+    for name in dict.fromkeys(names):
+        options = env_options(c, name)
+        if not options and name != c.env.name:
+            continue
+        key = "env.options" if name == c.env.name else f"env.eval_options.{name}"
         try:
-            built[c.env.name] = envs.make(c.env.name, **c.env.options)
-            built[c.env.name].reset(0)  # options that make no level fail here, not mid-run
+            built[name] = envs.make(name, **options)
+            built[name].reset(0)  # options that make no level fail here, not mid-run
         except (TypeError, ValueError, envs.GenerationError) as err:
-            message = _reason(err)
-            raise ConfigError(f"config: env.options={_shown(c.env.options)}: {message}") from None
+            raise ConfigError(f"config: {key}={_shown(options)}: {_reason(err)}") from None
     if not c.rollout.demos:
         return
     # Counted, not built: building plays (for Sokoban: solves) levels, which preflight does.

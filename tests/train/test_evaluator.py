@@ -1,7 +1,11 @@
 import pytest
 from tests.rollout.test_trajectory import _two_turn_trajectory
 
-from ragen.train.evaluator import eval_seeds, summarize
+from ragen import config
+from ragen.envs.sokoban import SokobanEnv
+from ragen.rollout.backends import make_generator
+from ragen.rollout.loop import EVAL_SEED_BASE
+from ragen.train.evaluator import EvalRequest, eval_seeds, evaluate, summarize
 
 
 def _episode(group, copy, success, end):
@@ -36,3 +40,28 @@ def test_nothing_to_summarize_is_refused():
 
 def test_eval_seeds_are_the_same_for_every_call():
     assert eval_seeds(3, 1_000_000_000) == [1_000_000_000, 1_000_000_001, 1_000_000_002]
+
+
+def test_an_eval_env_is_built_with_its_eval_options(tiny):
+    model, tokenizer = tiny
+    c = config.load(
+        "sokoban",
+        [
+            "model.spec=tiny",
+            "rollout.demos=0",
+            "rollout.max_turns=1",
+            "rollout.max_reply_tokens=4",
+            "env.eval_names=[sokoban, sokoban-large]",
+            "env.eval_options.sokoban-large.spaced=true",
+        ],
+    )
+    generator = make_generator("hf", model, tokenizer)
+    request = EvalRequest(env="sokoban-large", n=2, temperature=1.0)
+    _, episodes = evaluate(generator, tokenizer, c, request, progress=False)
+    large = SokobanEnv(height=8, width=8, num_boxes=2, max_actions=200, spaced=True)
+    assert [e.turns[0].observation for e in episodes] == [
+        large.reset(EVAL_SEED_BASE + i) for i in range(2)
+    ]
+    # The training env keeps env.options (none here): its rooms are drawn unspaced.
+    _, plain = evaluate(generator, tokenizer, c, EvalRequest(env="sokoban", n=1), progress=False)
+    assert plain[0].turns[0].observation == SokobanEnv().reset(EVAL_SEED_BASE)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ragen.config import Config, TrainerConfig
+from ragen.config import Config, TrainerConfig, env_options
 from ragen.monitor.jsonl import RunDirError, append_jsonl
 from ragen.monitor.rundir import RunDir
 from ragen.rollout.generator import Generator
@@ -88,7 +88,7 @@ def evaluate(
     Under torchrun each rank plays its share of the seeds and every rank gets the summary
     of them all (the same as one process would)."""
     spec = RolloutSpec.from_config(config.rollout, temperature=request.temperature)
-    options = config.env.options if request.env == config.env.name else {}
+    options = env_options(config, request.env)
     bar = tqdm(total=spec.max_turns, desc=f"eval {request.env}", unit="turn", disable=not progress)
 
     def on_turn(turn: int, live: int) -> None:

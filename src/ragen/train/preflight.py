@@ -11,7 +11,14 @@ from __future__ import annotations
 import torch
 
 from ragen import envs, models
-from ragen.config import Config, ConfigError, ModelConfig, import_estimator, is_device
+from ragen.config import (
+    Config,
+    ConfigError,
+    ModelConfig,
+    env_options,
+    import_estimator,
+    is_device,
+)
 
 ALL_LINEAR = "all-linear"
 
@@ -29,12 +36,12 @@ def check_runnable(config: Config) -> None:
 
 def check_demonstrations(config: Config, env_names: list[str]) -> None:
     """The worked turns ``rollout.demos`` asks for can be built for every env in
-    ``env_names`` under ``env.options`` (Sokoban solves its worked rooms: a room size or
+    ``env_names`` under its options (Sokoban solves its worked rooms: a room size or
     box count past the solver's bound has none). The config's own check counted them."""
     if not config.rollout.demos:
         return
     for name in dict.fromkeys(env_names):
-        options = config.env.options if name == config.env.name else {}
+        options = env_options(config, name)
         try:
             envs.demonstrations(envs.make(name, **options))
         except envs.GenerationError as err:
