@@ -14,7 +14,8 @@ dialogues; ``sft.steps`` or ``--minutes``) instead of RL: ``learn_sft_<preset>.j
 ``docs/learn-<NAME>/`` instead, so a variant does not overwrite the preset's result. Each
 evaluation's episodes and full summary (turns, reply tokens, why episodes ended) are kept in
 ``RUN_DIR/eval-base/`` and ``RUN_DIR/eval-final/``, standalone evaluation folders that
-``ragen view`` opens.
+``ragen view`` opens. A run stopped with Ctrl-C during training is recorded as it stands,
+without a final evaluation: ``learn_<...>_stopped.json`` and ``docs/learn-<...>-stopped/``.
 
 The base evaluation (5-35 minutes for 256 Sokoban or FrozenLake seeds, by machine) is saved to
 ``RUN_DIR/base_eval.json`` as soon as it ends, with a fingerprint of everything its numbers
@@ -155,11 +156,16 @@ def prepend_base_and_final(summary: Path, result: dict) -> None:
         "|---|---|---|---|---|",
     ]
     for env, before in result["base"].items():
-        after = result["final"][env]
-        lines.append(
-            f"| {env} | {before['success']:.2%} | {after['success']:.2%} "
-            f"| {before['format_ok']:.2%} | {after['format_ok']:.2%} |"
+        after = (result["final"] or {}).get(env)
+        success, format_ok = (
+            (f"{after['success']:.2%}", f"{after['format_ok']:.2%}") if after else ("—", "—")
         )
+        lines.append(
+            f"| {env} | {before['success']:.2%} | {success} "
+            f"| {before['format_ok']:.2%} | {format_ok} |"
+        )
+    if result["stopped"]:
+        lines += ["", f"Stopped: {result['stopped']}."]
     summary.write_text("\n".join(lines) + "\n\n" + summary.read_text())
 
 
@@ -182,11 +188,14 @@ def main() -> None:
         type=Path,
         help="reuse an earlier run's base evaluation (refused if measured under other conditions)",
     )
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides may follow the options
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     overrides = [*args.overrides, f"trainer.max_minutes={args.minutes}"]
-    cfg = config.load(args.preset, overrides)
+    try:
+        cfg = config.load(args.preset, overrides)
+    except config.ConfigError as err:
+        parser.error(str(err))
     fingerprint = eval_fingerprint(cfg, args.eval_n, args.temperature)
     if args.base_from:  # checked before anything is created or loaded
         base = load_base(args.base_from, fingerprint)
@@ -208,17 +217,24 @@ def main() -> None:
     saved = {"fingerprint": fingerprint, "base": base}
     write_atomic(run.root / BASE_FILE, json.dumps(saved, indent=2) + "\n")
     started = time.perf_counter()
-    trainer.train()
+    stopped = None
+    try:
+        trainer.train()
+    except KeyboardInterrupt:  # a stopped run is recorded, without a final evaluation
+        stopped = "interrupted during training (Ctrl-C); no final evaluation"
     train_s = time.perf_counter() - started
     steps = len(read_jsonl(run.metrics).records)
-    print(f"trained {steps} steps in {train_s / 60:.1f} min; final evaluation")
-    final = evaluate_all(trainer, args.eval_n, args.temperature, run.root / "eval-final")
+    final = None
+    if stopped:
+        print(f"stopped after {steps} steps ({train_s / 60:.1f} min); recording the run")
+    else:
+        print(f"trained {steps} steps in {train_s / 60:.1f} min; final evaluation")
+        final = evaluate_all(trainer, args.eval_n, args.temperature, run.root / "eval-final")
+        print(f"\n{'env':<18}{'base':>10}{'final':>10}   (success, {args.eval_n} seeds)")
+        for env in base:
+            print(f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}")
 
-    print(f"\n{'env':<18}{'base':>10}{'final':>10}   (success, {args.eval_n} seeds)")
-    for env in base:
-        print(f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}")
-
-    docs = DOCS / f"learn-{name}"
+    docs = DOCS / f"learn-{name}{'-stopped' if stopped else ''}"
     shutil.rmtree(docs, ignore_errors=True)
     write_report([run.root], docs)
     command = [args.preset, *args.overrides, f"--minutes {args.minutes:g}"]
@@ -239,6 +255,7 @@ def main() -> None:
         "base": base,
         "base_from": str(args.base_from) if args.base_from else None,
         "final": final,
+        "stopped": stopped,
         "run_dir": str(run.root),
         "report": str(docs.relative_to(DOCS.parent)),
         "machine": {
@@ -252,7 +269,7 @@ def main() -> None:
     prepend_base_and_final(docs / "summary.md", result)
     RESULTS.mkdir(exist_ok=True)
     stem = args.name or (f"sft_{args.preset}" if args.sft else args.preset)
-    path = RESULTS / f"learn_{stem}.json"
+    path = RESULTS / f"learn_{stem}{'_stopped' if stopped else ''}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path} and {docs}/")
 

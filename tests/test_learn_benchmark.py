@@ -116,3 +116,32 @@ def test_each_evaluation_keeps_its_episodes_and_its_full_summary(tmp_path):
     assert summary["turns_mean"] == sum(e["num_turns"] for e in episodes) / 3
     (saved,) = read_jsonl(out / "eval.jsonl").records
     assert saved == {"model": "eval-base", **summary}
+
+
+def test_a_run_stopped_with_ctrl_c_is_recorded_without_a_final_evaluation(
+    tmp_path, monkeypatch, capsys
+):
+    train = Trainer.train
+
+    def one_step_then_ctrl_c(self):
+        train(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(learn.Trainer, "train", one_step_then_ctrl_c)
+    monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
+    overrides = ["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"]
+    overrides += ["rollout.groups=2", "rollout.group_size=2", "trainer.steps=1"]
+    overrides += ["trainer.mini_batch_size=2", "trainer.micro_batch_size=2"]
+    overrides += ["logging.progress=false"]
+    argv = ["learn.py", "sokoban", "--eval-n", "2", "--name", "probe", *overrides]
+    monkeypatch.setattr("sys.argv", [*argv, "--out", str(tmp_path / "run")])
+    learn.main()
+    assert "stopped after 1 steps" in capsys.readouterr().out
+    result = json.loads((tmp_path / "results" / "learn_probe_stopped.json").read_text())
+    assert result["final"] is None and result["steps"] == 1
+    assert result["stopped"].startswith("interrupted during training")
+    assert result["base"]["sokoban"]["episodes"] == 2
+    assert not (tmp_path / "run" / "eval-final").exists()
+    summary = (tmp_path / "docs" / "learn-probe-stopped" / "summary.md").read_text()
+    assert "| sokoban |" in summary and "| — |" in summary and "Stopped: interrupted" in summary
