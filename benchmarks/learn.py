@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -142,6 +143,21 @@ def load_base(path: Path, fingerprint: dict) -> dict[str, dict]:
     return base
 
 
+def change(before: float, after: float, n: int) -> dict[str, float | None]:
+    """Final minus base success rate on ``n`` seeds each, its standard error (two independent
+    binomial rates: sqrt(p0(1-p0)/n + p1(1-p1)/n)) and z = difference / SE; z is None when
+    both rates sit at 0 or 1 and differ (no spread to measure against)."""
+    difference = after - before
+    se = math.sqrt((before * (1 - before) + after * (1 - after)) / n)
+    z = difference / se if se > 0 else (0.0 if difference == 0 else None)
+    return {"difference": difference, "se": se, "z": z}
+
+
+def _shown_change(c: dict) -> str:
+    z = "n/a" if c["z"] is None else f"{c['z']:+.2f}"
+    return f"{c['difference'] * 100:+.2f} ± {c['se'] * 100:.2f} points (z {z})"
+
+
 def prepend_base_and_final(summary: Path, result: dict) -> None:
     """Put the base-vs-final table on top of the report's summary.md: the run's own
     metrics hold only the evaluations made during training, not the base model's."""
@@ -152,16 +168,22 @@ def prepend_base_and_final(summary: Path, result: dict) -> None:
         f"`{result['command']}`: {result['steps']} steps in {result['train_minutes']:.1f} min,"
         f" evaluated on {n} fixed seeds per env at T={temp:g}.",
         "",
-        "| env | base success | final success | base format-ok | final format-ok |",
-        "|---|---|---|---|---|",
+        "| env | base success | final success | change ± SE | base format-ok | final format-ok |",
+        "|---|---|---|---|---|---|",
     ]
     for env, before in result["base"].items():
         after = (result["final"] or {}).get(env)
-        success, format_ok = (
-            (f"{after['success']:.2%}", f"{after['format_ok']:.2%}") if after else ("—", "—")
+        success, moved, format_ok = (
+            (
+                f"{after['success']:.2%}",
+                _shown_change(result["change"][env]),
+                f"{after['format_ok']:.2%}",
+            )
+            if after
+            else ("—", "—", "—")
         )
         lines.append(
-            f"| {env} | {before['success']:.2%} | {success} "
+            f"| {env} | {before['success']:.2%} | {success} | {moved} "
             f"| {before['format_ok']:.2%} | {format_ok} |"
         )
     if result["stopped"]:
@@ -224,15 +246,21 @@ def main() -> None:
         stopped = "interrupted during training (Ctrl-C); no final evaluation"
     train_s = time.perf_counter() - started
     steps = len(read_jsonl(run.metrics).records)
-    final = None
+    final, changes = None, None
     if stopped:
         print(f"stopped after {steps} steps ({train_s / 60:.1f} min); recording the run")
     else:
         print(f"trained {steps} steps in {train_s / 60:.1f} min; final evaluation")
         final = evaluate_all(trainer, args.eval_n, args.temperature, run.root / "eval-final")
+        changes = {
+            env: change(base[env]["success"], final[env]["success"], args.eval_n) for env in base
+        }
         print(f"\n{'env':<18}{'base':>10}{'final':>10}   (success, {args.eval_n} seeds)")
         for env in base:
-            print(f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}")
+            print(
+                f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}   "
+                + _shown_change(changes[env])
+            )
 
     docs = DOCS / f"learn-{name}{'-stopped' if stopped else ''}"
     shutil.rmtree(docs, ignore_errors=True)
@@ -255,6 +283,7 @@ def main() -> None:
         "base": base,
         "base_from": str(args.base_from) if args.base_from else None,
         "final": final,
+        "change": changes,
         "stopped": stopped,
         "run_dir": str(run.root),
         "report": str(docs.relative_to(DOCS.parent)),

@@ -145,3 +145,13 @@ def test_a_run_stopped_with_ctrl_c_is_recorded_without_a_final_evaluation(
     assert not (tmp_path / "run" / "eval-final").exists()
     summary = (tmp_path / "docs" / "learn-probe-stopped" / "summary.md").read_text()
     assert "| sokoban |" in summary and "| — |" in summary and "Stopped: interrupted" in summary
+
+
+def test_the_change_is_measured_in_standard_errors_of_the_difference():
+    # 10% -> 20% on 256 seeds each: SE = sqrt((0.1·0.9 + 0.2·0.8) / 256) = 0.5 / 16.
+    c = learn.change(0.1, 0.2, 256)
+    assert c["difference"] == pytest.approx(0.1) and c["se"] == pytest.approx(0.03125)
+    assert c["z"] == pytest.approx(3.2)
+    assert learn.change(0.5, 0.5, 200) == {"difference": 0.0, "se": 0.05, "z": 0.0}
+    assert learn.change(0.0, 0.0, 64)["z"] == 0.0
+    assert learn.change(0.0, 1.0, 64)["z"] is None  # no spread to measure against
