@@ -146,6 +146,7 @@ BAD = [
     (["algo.filter_mode=top_k"], "algo.filter_mode", "std, std_rev, top_p"),
     (["algo.whiten_advantages=2"], "algo.whiten_advantages", "true or false"),
     (["rollout.format_penalty_mode=always"], "rollout.format_penalty_mode", "any_invalid"),
+    (["sft.thought=grid"], "sft.thought", "relative, located"),
     (["env.eval_options.bandit.arm_names=[A, B]"], "env.eval_options", "set its options in"),
     (["env.eval_options.sokoban.spaced=true"], "env.eval_options", "does not evaluate"),
     (

@@ -106,6 +106,9 @@ class EnvConfig:
 # make_generator all read them from here.
 RolloutBackend = Literal["hf", "naive", "vllm", "vllm-cpu"]
 BACKENDS: tuple[str, ...] = get_args(RolloutBackend)
+# How the expert's thoughts on the grid games place things (ragen.envs.experts).
+ExpertThought = Literal["relative", "located"]
+EXPERT_THOUGHTS: tuple[str, ...] = get_args(ExpertThought)
 FormatPenaltyMode = Literal["no_action", "any_invalid"]
 FORMAT_PENALTY_MODES: tuple[str, ...] = get_args(FormatPenaltyMode)
 
@@ -408,6 +411,10 @@ class SftConfig:
     eval_every: int = opt(0, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps (trainer.eval_episodes seeds at trainer.eval_temperature
     on env.eval_names); 0: only after the last step."""
+    thought: ExpertThought = "relative"
+    """How the expert's Sokoban and FrozenLake thoughts place things: relative ("The box X is
+    1 left of me") or located (each one's row and column first, counted from 1 at the
+    top-left: "I am at row 2, column 4. The box X is at row 2, column 3, 1 left of me.")."""
 
 
 @dataclass

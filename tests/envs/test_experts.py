@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from ragen import envs
@@ -63,6 +65,53 @@ def test_sokoban_thought_is_true_of_the_state():
         "The box X is 1 below me. The target O is 1 below and 2 right of it. It takes 5 more "
         "moves. I push the box Down."
     )
+
+
+def _cells(thought: str, width: int) -> list[int]:
+    """The cells a located thought names, in order ("row R, column C", 1-based)."""
+    found = re.findall(r"row (\d+), column (\d+)", thought)
+    return [(int(row) - 1) * width + int(col) - 1 for row, col in found]
+
+
+def test_a_located_sokoban_thought_gives_true_rows_and_columns_then_the_relative_one():
+    room = Room.from_text("######\n#P___#\n#_X__#\n#___O#\n######")
+    env = envs.make("sokoban", spaced=True)
+    env.load(room)
+    move = expert_move(env, 2, 10, "located")
+    assert move.answer == ("Down", "Right")
+    assert move.thought == (
+        "I am at row 2, column 2. The box X is at row 3, column 3, 1 below and 1 right of me. "
+        "The target O is at row 4, column 5, 1 below and 2 right of it. It takes 6 more "
+        "moves. I step left of the box and push it Right."
+    )
+
+
+@pytest.mark.parametrize("name", ["sokoban", "sokoban-large"])
+def test_located_sokoban_thoughts_name_the_player_a_box_and_a_target_on_every_seed(name):
+    for seed in SEEDS:
+        env = envs.make(name)
+        env.reset(seed)
+        room = env.room
+        relative = expert_move(env, 2, 10).thought
+        located = expert_move(env, 2, 10, "located")
+        player, box, target = _cells(located.thought, room.width)
+        assert (player, box in room.boxes, target in room.targets) == (room.player, True, True)
+        # Without the rows and columns, the located thought says what the relative one says.
+        plain = re.sub(r"I am at row \d+, column \d+\. ", "", located.thought)
+        assert re.sub(r"at row \d+, column \d+, ", "", plain) == relative
+
+
+def test_a_located_lake_thought_gives_my_cell_and_the_goals():
+    env = envs.make("frozen-lake")
+    env.load(("SHFF", "FFFF", "FFFF", "FFFG"), 0)
+    move = expert_move(env, 2, 10, "located")
+    assert move.thought.startswith(
+        "I am at row 1, column 1. The goal G is at row 4, column 4, 3 below and 3 right of me. "
+        "A hole O is 1 right"
+    )
+    assert move.answer == expert_move(env, 2, 10).answer
+    with pytest.raises(ValueError, match="thought must be one of relative, located; got 'x'"):
+        expert_move(env, 2, 10, "x")
 
 
 def test_sokoban_expert_refuses_a_dead_room():

@@ -56,6 +56,22 @@ def test_expert_dialogue_is_the_rollout_of_a_model_that_wrote_its_replies(tokeni
         assert [t.reward for t in mine.turns] == [t.reward for t in theirs.turns]
 
 
+@pytest.mark.parametrize("preset", ["sokoban", "frozen-lake"])
+def test_located_thoughts_fit_the_presets_reply_budget_and_play_the_same_moves(tokenizer, preset):
+    spec, c = _spec(preset)
+    seeds = expert_seeds(0, 0, 16)
+    options = {"spaced": True} if preset == "sokoban" else {}
+    relative = expert_dialogues(tokenizer, c.env.name, seeds, spec, env_options=options)
+    located = expert_dialogues(
+        tokenizer, c.env.name, seeds, spec, env_options=options, thought="located"
+    )
+    for plain, placed in zip(relative, located, strict=True):
+        assert all(t.think.startswith("I am at row ") for t in placed.turns)
+        assert [t.actions for t in placed.turns] == [t.actions for t in plain.turns]
+        longest = max(t.reply_tokens for t in placed.turns)
+        assert longest <= spec.max_reply_tokens  # the generator refuses longer replies
+
+
 def test_mask_covers_exactly_the_expert_replies_and_the_stop_rule_ends_them(tokenizer):
     spec, _ = _spec("sokoban")
     (dialogue,) = expert_dialogues(tokenizer, "sokoban", [11], spec)

@@ -4,7 +4,11 @@
 attributes and returns the actions of one turn and a short thought that is true of this
 state (where the player, box, target, goal or holes are, and why these moves), so that
 supervised fine-tuning on expert dialogues (`ragen sft`) teaches reasoning that varies with
-the state instead of a fixed template:
+the state instead of a fixed template. On the grid games the thought places things relative
+to one another ("the box X is 1 left of me"), or with ``thought="located"`` first gives each
+one's row and column, counted from 1 at the top-left ("I am at row 2, column 4. The box X is
+at row 2, column 3, 1 left of me."): a step a model can check against the grid before it
+relates the two.
 
 - Sokoban: the first moves of a shortest solution from the current room (`sokoban.solve`).
 - FrozenLake: the open-loop plan of the turn's moves that maximises the probability of
@@ -22,6 +26,7 @@ import itertools
 from collections import deque
 from dataclasses import dataclass
 
+from ragen.config import EXPERT_THOUGHTS
 from ragen.envs.bandit import BanditEnv
 from ragen.envs.base import relative_position
 from ragen.envs.countdown import CountdownEnv
@@ -54,19 +59,21 @@ def has_expert(env) -> bool:
     return isinstance(env, SokobanEnv | FrozenLakeEnv | BanditEnv | CountdownEnv)
 
 
-def expert_move(env, max_actions: int, actions_left: int) -> ExpertMove:
+def expert_move(env, max_actions: int, actions_left: int, thought: str = "relative") -> ExpertMove:
     """The expert's turn from `env`'s current state: at most `min(max_actions,
-    actions_left)` actions (both >= 1).
+    actions_left)` actions (both >= 1); `thought` is one of `config.EXPERT_THOUGHTS`.
 
     Raises ExpertError for an env without an expert or a state it cannot move from.
     """
     if max_actions < 1 or actions_left < 1:
         raise ValueError(f"an expert turn needs an action: got {max_actions=}, {actions_left=}")
-    limit = min(max_actions, actions_left)
+    if thought not in EXPERT_THOUGHTS:
+        raise ValueError(f"thought must be one of {', '.join(EXPERT_THOUGHTS)}; got {thought!r}")
+    limit, located = min(max_actions, actions_left), thought == "located"
     if isinstance(env, SokobanEnv):
-        return _sokoban(env, limit)
+        return _sokoban(env, limit, located)
     if isinstance(env, FrozenLakeEnv):
-        return _frozen_lake(env, limit, actions_left)
+        return _frozen_lake(env, limit, actions_left, located)
     if isinstance(env, BanditEnv):
         return _bandit(env)
     if isinstance(env, CountdownEnv):
@@ -83,18 +90,27 @@ def expert_move(env, max_actions: int, actions_left: int) -> ExpertMove:
 _PUSH_FROM = {"Up": "below", "Down": "above", "Left": "right of", "Right": "left of"}
 
 
-def _sokoban(env: SokobanEnv, limit: int) -> ExpertMove:
+def _at(cell: int, width: int) -> str:
+    """A cell of a grid ``width`` wide as "row R, column C", counted from 1 at the top-left."""
+    row, col = divmod(cell, width)
+    return f"row {row + 1}, column {col + 1}"
+
+
+def _sokoban(env: SokobanEnv, limit: int, located: bool) -> ExpertMove:
     room = env.room
     solution = solve(room)
     if not solution:
         raise ExpertError("this Sokoban room cannot be solved from its current state")
     moves = tuple(solution[:limit])
-    return ExpertMove(_sokoban_thought(room, solution, moves, env.symbols), moves)
+    return ExpertMove(_sokoban_thought(room, solution, moves, env.symbols, located), moves)
 
 
-def _sokoban_thought(room: Room, solution: list[str], moves: tuple[str, ...], symbols) -> str:
-    """Where the next box to push and its nearest target lie, how many moves the solution
-    takes, and whether this turn walks to the box or pushes it."""
+def _sokoban_thought(
+    room: Room, solution: list[str], moves: tuple[str, ...], symbols, located: bool
+) -> str:
+    """Where the next box to push and its nearest target lie (`located`: their rows and
+    columns first), how many moves the solution takes, and whether this turn walks to the
+    box or pushes it."""
     offsets, player, walk = room.offsets(), room.player, 0
     for direction in solution:  # the first push of the solution; every solution has one
         ahead = player + offsets[direction]
@@ -105,10 +121,16 @@ def _sokoban_thought(room: Room, solution: list[str], moves: tuple[str, ...], sy
     target = min(room.targets, key=lambda t: (cell_distance(box, t, width), t))
     article = "The" if len(room.boxes) == 1 else "A"
     where_box = relative_cell(room.player, box, width, "me")
+    where_target = relative_cell(box, target, width, "it")
+    if located:
+        where_box = f"at {_at(box, width)}, {where_box}"
+        where_target = f"at {_at(target, width)}, {where_target}"
     facts = (
         f"{article} box {symbols['box']} is {where_box}. "
-        f"{article} target {symbols['target']} is {relative_cell(box, target, width, 'it')}. "
+        f"{article} target {symbols['target']} is {where_target}. "
     )
+    if located:
+        facts = f"I am at {_at(room.player, width)}. {facts}"
     total = len(solution)
     plan = f"It takes {total} more move{'s' if total != 1 else ''}."
     if walk == 0:
@@ -206,7 +228,7 @@ def lake_plan(
     return tuple(LAKE_ACTIONS[a] for a in best), best_success
 
 
-def _frozen_lake(env: FrozenLakeEnv, limit: int, actions_left: int) -> ExpertMove:
+def _frozen_lake(env: FrozenLakeEnv, limit: int, actions_left: int, located: bool) -> ExpertMove:
     rows, state, size = env.rows, env.state, env.size
     if not rows:
         raise ExpertError("the lake has no map yet: reset the env first")
@@ -214,8 +236,12 @@ def _frozen_lake(env: FrozenLakeEnv, limit: int, actions_left: int) -> ExpertMov
         rows, state, min(limit, MAX_LAKE_PLAN), actions_left, env.slippery
     )
     row, col = divmod(state, size)
-    goal_row, goal_col = divmod("".join(rows).index("G"), size)
-    goal = f"The goal G is {relative_position(goal_row - row, goal_col - col, 'me')}."
+    goal_cell = "".join(rows).index("G")
+    goal_row, goal_col = divmod(goal_cell, size)
+    where_goal = relative_position(goal_row - row, goal_col - col, "me")
+    goal = f"The goal G is {where_goal}."
+    if located:
+        goal = f"I am at {_at(state, size)}. The goal G is at {_at(goal_cell, size)}, {where_goal}."
     holes = [
         relative_position(d_row, d_col, "me")
         for d_row, d_col in ((0, -1), (1, 0), (0, 1), (-1, 0))

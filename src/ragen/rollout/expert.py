@@ -25,10 +25,11 @@ _SFT_STREAM = 7
 
 
 class ExpertGenerator:
-    """Replies with the expert's move; counts each episode's actions to know what is left."""
+    """Replies with the expert's move; counts each episode's actions to know what is left.
+    ``thought`` is how the grid games' thoughts place things (`config.EXPERT_THOUGHTS`)."""
 
-    def __init__(self, tokenizer, spec: RolloutSpec) -> None:
-        self.tokenizer, self.spec = tokenizer, spec
+    def __init__(self, tokenizer, spec: RolloutSpec, thought: str = "relative") -> None:
+        self.tokenizer, self.spec, self.thought = tokenizer, spec, thought
         self.prefix = reply_prefix(spec.think)
         self.stats = GenerationStats()
         self._used: dict[Hashable, int] = {}
@@ -51,7 +52,8 @@ class ExpertGenerator:
                 raise ValueError("an expert reply needs the episode's env (Request.env)")
             per_turn = self.spec.max_actions_per_turn if env.actions else 1
             used = self._used.get(request.key, 0)
-            move = expert_move(env, per_turn, self.spec.max_actions_per_episode - used)
+            left = self.spec.max_actions_per_episode - used
+            move = expert_move(env, per_turn, left, self.thought)
             self._used[request.key] = used + len(move.answer)
             text = worked_reply(move.thought, move.answer, think=self.spec.think)
             ids = self.tokenizer(text[len(self.prefix) :], add_special_tokens=False)["input_ids"]
@@ -84,7 +86,8 @@ def expert_dialogues(
     spec: RolloutSpec,
     *,
     env_options: dict | None = None,
+    thought: str = "relative",
 ) -> list[Trajectory]:
     """One expert episode per seed, played through the rollout loop."""
-    generator = ExpertGenerator(tokenizer, spec)
+    generator = ExpertGenerator(tokenizer, spec, thought)
     return rollout(generator, tokenizer, env_name, seeds, 1, spec, env_options=env_options)

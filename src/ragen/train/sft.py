@@ -119,7 +119,12 @@ class SftTrainer(Trainer):
             chunk = seeds[played : played + want - len(kept)]
             played += len(chunk)
             for dialogue in expert_dialogues(
-                self.m.tokenizer, c.env.name, chunk, self.spec, env_options=c.env.options
+                self.m.tokenizer,
+                c.env.name,
+                chunk,
+                self.spec,
+                env_options=c.env.options,
+                thought=c.sft.thought,
             ):
                 if c.sft.keep == "all" or dialogue.success:
                     kept.append(dialogue)
