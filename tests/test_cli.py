@@ -111,6 +111,12 @@ def test_eval_writes_summary_and_episodes(tiny, tmp_path, capsys):
         (g, c) for g in range(3) for c in range(2)
     ]
     assert {"env", "seed", "turns", "total_reward", "success", "end"} <= set(episodes[0])
+    # Its cost: every sampled token counted once, and the time of each rollout phase.
+    cost = summary["cost"]
+    assert cost["generated_tokens"] == sum(e["reply_tokens"] for e in episodes)
+    assert cost["prefilled_tokens"] > 0 and cost["prefill_s"] > 0 and cost["decode_s"] > 0
+    assert cost["prefill_s"] + cost["decode_s"] + cost["env_s"] <= summary["seconds"]
+    assert "time: prefill" in printed and "decode" in printed
     assert main([*args, "--out", str(out)]) == 2  # never overwrites an evaluation
     assert "already exists" in capsys.readouterr().err
 

@@ -60,10 +60,15 @@ def timed(name: str) -> Iterator[None]:
         _spent[name] += time.perf_counter() - started
 
 
+def totals() -> dict[str, float]:
+    """The seconds spent in each phase since the last drain, leaving them to be drained."""
+    return {name: _spent.get(name, 0.0) for name in NAMES}
+
+
 def drain() -> dict[str, float]:
     """The seconds spent in each phase since the last drain (phases not entered: 0), and a
     fresh start for the next step."""
-    spent = {name: _spent.get(name, 0.0) for name in NAMES}
+    spent = totals()
     _spent.clear()
     return spent
 

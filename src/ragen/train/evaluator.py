@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
+from ragen import phases
 from ragen.config import Config, TrainerConfig, env_options
 from ragen.monitor.jsonl import RunDirError, append_jsonl
 from ragen.monitor.rundir import RunDir
@@ -64,7 +65,19 @@ def format_summary(env: str, summary: dict) -> str:
         f"({summary['episodes']} episodes, {summary['seeds']} seeds)\n"
         f"  turns {summary['turns_mean']:.2f}  actions {summary['actions_mean']:.2f}  "
         f"format-ok {summary['format_ok']:.2%}  reply tokens {summary['reply_tokens_mean']:.1f}\n"
-        f"  ended: {ends}"
+        f"  ended: {ends}" + (_format_cost(summary["cost"]) if "cost" in summary else "")
+    )
+
+
+def _format_cost(cost: dict) -> str:
+    def rate(tokens: int, seconds: float) -> str:
+        return f"{tokens / seconds:,.0f} tok/s" if seconds > 0 else "—"
+
+    return (
+        f"\n  time: prefill {cost['prefill_s']:.0f} s ({cost['prefilled_tokens']:,} tokens, "
+        f"{rate(cost['prefilled_tokens'], cost['prefill_s'])}), decode {cost['decode_s']:.0f} s "
+        f"({cost['generated_tokens']:,} tokens, "
+        f"{rate(cost['generated_tokens'], cost['decode_s'])}), env {cost['env_s']:.0f} s"
     )
 
 
@@ -96,6 +109,7 @@ def evaluate(
         bar.update(1 if turn else 0)
 
     started = time.perf_counter()
+    spent, counts = phases.totals(), asdict(generator.stats)
     seeds = eval_seeds(request.n, EVAL_SEED_BASE)
     mine = distributed.shard(len(seeds))
     try:
@@ -119,7 +133,26 @@ def evaluate(
     summary = summarize(trajectories)
     summary.update(env=request.env, temperature=request.temperature)
     summary["seconds"] = round(time.perf_counter() - started, 2)
+    summary["cost"] = _cost(spent, counts, phases.totals(), asdict(generator.stats))
     return summary, trajectories
+
+
+# What an evaluation's summary reports of its cost: phase clocks and generator counters.
+_COST_PHASES = {
+    "prefill_s": phases.ROLLOUT_PREFILL,
+    "decode_s": phases.ROLLOUT_DECODE,
+    "env_s": phases.ROLLOUT_ENV,
+}
+_COST_COUNTS = ("prefilled_tokens", "reused_tokens", "generated_tokens")
+
+
+def _cost(spent: dict, counts: dict, spent_after: dict, counts_after: dict) -> dict:
+    """Where this process's share of an evaluation went: the seconds of prefill, decode and
+    env work and the tokens prefilled, reused from a cache and generated, as differences of
+    the phase clocks and generator counters taken before and after it."""
+    cost = {key: round(spent_after[p] - spent[p], 2) for key, p in _COST_PHASES.items()}
+    cost.update({key: counts_after[key] - counts[key] for key in _COST_COUNTS})
+    return cost
 
 
 def eval_files(out: Path) -> tuple[Path, Path]:
