@@ -123,6 +123,7 @@ def test_the_action_budget_truncates():
         ({"p": 0}, r"p must be greater than 0"),
         ({"size": 1}, r"size must be between 2 and 64, got 1"),
         ({"slippery": "yes"}, r"slippery must be True or False"),
+        ({"spaced": 1}, r"spaced must be true or false; got 1"),
         ({"max_actions": 0}, r"max_actions must be >= 1"),
         # A lake that cannot be made would otherwise be redrawn for hours.
         ({"max_tries": 10**12}, r"max_tries must be between 1 and 10000, got 1000000000000"),
@@ -210,3 +211,22 @@ def test_each_demonstration_follows_a_shortest_hole_free_path_of_its_lake(name):
         results = walk(played.rows, demo.answer)
         assert len(demo.answer) == shortest_length(played.rows)
         assert results[-1].info["success"] and not any(r.terminated for r in results[:-1])
+
+
+def test_a_spaced_lake_is_the_same_lake_and_walk_with_a_space_between_cells():
+    plain, spaced = FrozenLakeEnv(), FrozenLakeEnv(spaced=True)
+    for seed in range(10):
+        assert spaced.reset(seed) == "\n".join(" ".join(r) for r in plain.reset(seed).splitlines())
+        for action in ("Down", "Right", "Down", "Right", "Down", "Right"):
+            a, b = plain.step(action), spaced.step(action)
+            assert (b.reward, b.terminated, b.observation.replace(" ", "")) == (
+                a.reward,
+                a.terminated,
+                a.observation,
+            )
+            if a.terminated:
+                break
+    assert [d.observation for d in spaced.demonstrations()] == [
+        "\n".join(" ".join(row) for row in d.observation.splitlines())
+        for d in plain.demonstrations()
+    ]

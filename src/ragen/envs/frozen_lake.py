@@ -161,20 +161,23 @@ def transition_table(rows: tuple[str, ...], slippery: bool = True) -> _Transitio
     return tuple(table)
 
 
-def draw(rows: tuple[str, ...], state: int) -> str:
-    """The lake as the agent sees it, with the player on cell `state`."""
+def draw(rows: tuple[str, ...], state: int, spaced: bool = False) -> str:
+    """The lake as the agent sees it, with the player on cell `state`; `spaced` puts a space
+    between cells."""
     size = len(rows)
+    cells = [[_TILE[t] for t in line] for line in rows]
     row, col = divmod(state, size)
-    lines = ["".join(_TILE[t] for t in line) for line in rows]
-    line = lines[row]
-    lines[row] = line[:col] + _PLAYER[rows[row][col]] + line[col + 1 :]
-    return "\n".join(lines)
+    cells[row][col] = _PLAYER[rows[row][col]]
+    gap = " " if spaced else ""
+    return "\n".join(gap.join(line) for line in cells)
 
 
 class FrozenLakeEnv:
     """Walk from the top-left corner to the goal on a random slippery lake.
 
-    Options: size (side of the map), p (frozen-tile probability), slippery, max_actions.
+    Options: size (side of the map), p (frozen-tile probability), slippery, max_actions,
+    spaced (a space between cells: SmolLM2's tokenizer merges runs such as `___` into one
+    token, so only the spaced lake gives every cell its own token).
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -186,12 +189,16 @@ class FrozenLakeEnv:
         slippery: bool = True,
         max_actions: int = 100,
         max_tries: int = 1000,
+        spaced: bool = False,
     ) -> None:
         self.size = check_int("size", size, 2, MAX_SIZE)
         self.p = check_probability("p", p, allow_zero=False)
         if not isinstance(slippery, bool):
             raise ValueError(f"slippery must be True or False, got {slippery!r}")
         self.slippery = slippery
+        if not isinstance(spaced, bool):
+            raise ValueError(f"spaced must be true or false; got {spaced!r}")
+        self.spaced = spaced
         self.max_tries = check_int("max_tries", max_tries, 1, MAX_TRIES)
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
@@ -226,7 +233,9 @@ class FrozenLakeEnv:
         """
         worked = []
         for seed in _DEMO_SEEDS:
-            other = FrozenLakeEnv(self.size, self.p, self.slippery, max_tries=self.max_tries)
+            other = FrozenLakeEnv(
+                self.size, self.p, self.slippery, max_tries=self.max_tries, spaced=self.spaced
+            )
             observation = other.reset(seed)
             path = shortest_path(other.rows)
             assert path is not None  # generate_map deals only lakes with a path to the goal
@@ -289,7 +298,7 @@ class FrozenLakeEnv:
             return ""
         view = self._views[self._state]
         if view is None:
-            view = self._views[self._state] = draw(self.rows, self._state)
+            view = self._views[self._state] = draw(self.rows, self._state, self.spaced)
         return view
 
     @property

@@ -459,10 +459,10 @@ class SokobanEnv:
         num_boxes: int = 1,
         max_actions: int = 100,
         symbols: Mapping[str, str] = DEFAULT_SYMBOLS,
-        spaced: bool = False,
         carve_steps: int | None = None,
         pull_steps: int | None = None,
         max_tries: int = 100,
+        spaced: bool = False,
     ) -> None:
         check_room_options(height, width, num_boxes)
         check_generator_options(carve_steps, pull_steps, max_tries)
