@@ -152,7 +152,7 @@ BAD = [
     (
         ["env.eval_names=[sokoban-large]", "env.eval_options.sokoban-large.spaced=maybe"],
         "env.eval_options.sokoban-large",
-        "spaced must be true or false",
+        "spaced must be True or False",
     ),
 ]
 

@@ -123,7 +123,7 @@ def test_the_action_budget_truncates():
         ({"p": 0}, r"p must be greater than 0"),
         ({"size": 1}, r"size must be between 2 and 64, got 1"),
         ({"slippery": "yes"}, r"slippery must be True or False"),
-        ({"spaced": 1}, r"spaced must be true or false; got 1"),
+        ({"spaced": 1}, r"spaced must be True or False, got 1"),
         ({"max_actions": 0}, r"max_actions must be >= 1"),
         # A lake that cannot be made would otherwise be redrawn for hours.
         ({"max_tries": 10**12}, r"max_tries must be between 1 and 10000, got 1000000000000"),

@@ -179,7 +179,7 @@ def test_the_action_budget_truncates():
         ({"carve_steps": 10**11}, r"carve_steps must be between 1 and 20000, got 100000000000"),
         ({"pull_steps": 20_001}, r"pull_steps must be between 1 and 20000, got 20001"),
         ({"max_tries": 10**9}, r"max_tries must be between 1 and 1000, got 1000000000"),
-        ({"spaced": "yes"}, r"spaced must be true or false; got 'yes'"),
+        ({"spaced": "yes"}, r"spaced must be True or False, got 'yes'"),
     ],
 )
 def test_bad_options_raise_value_errors_that_say_what_is_allowed(options, message):

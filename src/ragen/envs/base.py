@@ -284,6 +284,14 @@ def check_int(option: str, value: Any, low: int, high: int | None = None) -> int
     return number
 
 
+def check_bool(option: str, value: Any) -> bool:
+    """`value` if it is True or False (not 0, 1 or a string); otherwise a ValueError naming
+    the option."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{option} must be True or False, got {value!r}")
+    return value
+
+
 def check_probability(option: str, value: Any, *, allow_zero: bool = True) -> float:
     """`value` as a float in [0, 1] (or (0, 1]); otherwise a ValueError naming the option."""
     if isinstance(value, bool) or not isinstance(value, Real):

@@ -122,15 +122,15 @@ def _sokoban_thought(
     article = "The" if len(room.boxes) == 1 else "A"
     where_box = relative_cell(room.player, box, width, "me")
     where_target = relative_cell(box, target, width, "it")
+    mine = ""
     if located:
+        mine = f"I am at {_at(room.player, width)}. "
         where_box = f"at {_at(box, width)}, {where_box}"
         where_target = f"at {_at(target, width)}, {where_target}"
     facts = (
-        f"{article} box {symbols['box']} is {where_box}. "
+        f"{mine}{article} box {symbols['box']} is {where_box}. "
         f"{article} target {symbols['target']} is {where_target}. "
     )
-    if located:
-        facts = f"I am at {_at(room.player, width)}. {facts}"
     total = len(solution)
     plan = f"It takes {total} more move{'s' if total != 1 else ''}."
     if walk == 0:

@@ -25,6 +25,7 @@ from ragen.envs.base import (
     EpisodeBudget,
     GenerationError,
     StepResult,
+    check_bool,
     check_int,
     check_probability,
     info,
@@ -193,12 +194,8 @@ class FrozenLakeEnv:
     ) -> None:
         self.size = check_int("size", size, 2, MAX_SIZE)
         self.p = check_probability("p", p, allow_zero=False)
-        if not isinstance(slippery, bool):
-            raise ValueError(f"slippery must be True or False, got {slippery!r}")
-        self.slippery = slippery
-        if not isinstance(spaced, bool):
-            raise ValueError(f"spaced must be true or false; got {spaced!r}")
-        self.spaced = spaced
+        self.slippery = check_bool("slippery", slippery)
+        self.spaced = check_bool("spaced", spaced)
         self.max_tries = check_int("max_tries", max_tries, 1, MAX_TRIES)
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}

@@ -32,6 +32,7 @@ from ragen.envs.base import (
     GenerationError,
     StepResult,
     action_lookup,
+    check_bool,
     check_int,
     info,
     match_action,
@@ -467,9 +468,7 @@ class SokobanEnv:
         check_room_options(height, width, num_boxes)
         check_generator_options(carve_steps, pull_steps, max_tries)
         self.symbols = check_symbols(symbols)
-        if not isinstance(spaced, bool):
-            raise ValueError(f"spaced must be true or false; got {spaced!r}")
-        self.spaced = spaced
+        self.spaced = check_bool("spaced", spaced)
         self._generator_options: _GeneratorOptions = {
             "height": height,
             "width": width,
