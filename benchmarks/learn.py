@@ -23,6 +23,13 @@ depend on: ragen's source files, the model, env and rollout settings, the sampli
 seeds, the temperature, torch and its thread count. ``--base-from RUN_DIR`` takes an earlier
 run's base evaluation instead of measuring it again, and refuses one whose fingerprint
 differs: on the same machine the same fingerprint gives the same episodes.
+
+``--resume RUN_DIR`` continues an RL run that learn.py made and that ended by its budget: the
+trainer resumes from the last checkpoint (exactly, as ``ragen train --resume``) for another
+``--minutes``, then the final evaluation is measured again (``RUN_DIR/eval-step_NNNNNN/``) and
+compared with the run's own base evaluation. The result counts every step and every minute
+of training since the base evaluation; it is written under ``--name`` (give a new one, so the
+shorter run's result stays).
 """
 
 from __future__ import annotations
@@ -45,14 +52,15 @@ import ragen
 from ragen import config
 from ragen.monitor.jsonl import read_jsonl, write_atomic
 from ragen.monitor.report import write_report
-from ragen.monitor.rundir import RunDir, create_run_dir
+from ragen.monitor.rundir import RunDir, create_run_dir, rewrite_config
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
 from ragen.train.sft import SftTrainer
-from ragen.train.trainer import Trainer
+from ragen.train.trainer import Trainer, check_resume
 
 RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).parent.parent / "docs"
 BASE_FILE = "base_eval.json"
+RESULT_FILE = "learn.json"  # the run's own copy of its result, read by --resume
 
 
 def evaluate_all(trainer: Trainer, n: int, temperature: float, out: Path) -> dict[str, dict]:
@@ -110,13 +118,30 @@ def eval_fingerprint(cfg: config.Config, n: int, temperature: float) -> dict:
     }
 
 
-def load_base(path: Path, fingerprint: dict) -> dict[str, dict]:
-    """An earlier run's base evaluation, only if its fingerprint equals ``fingerprint``.
+def with_new_defaults(theirs: dict, ours: dict) -> dict:
+    """``theirs`` (a saved fingerprint) with the config keys that ``ours`` has and ragen added
+    since it was saved, at their defaults: a key that did not exist then held its default's
+    behaviour."""
+    defaults = config.to_dict(config.Config())
+    filled = dict(theirs)
+    for section, value in theirs.items():
+        if isinstance(value, dict) and isinstance(ours.get(section), dict):
+            new = ours[section].keys() - value.keys()
+            default = defaults.get(section, {})
+            filled[section] = {**{k: default[k] for k in new if k in default}, **value}
+    return filled
 
-    ``path`` is a run directory or its base_eval.json. Raises SystemExit with the fix when the
+
+def load_base(
+    path: Path, fingerprint: dict, *, ignore: tuple[str, ...] = (), fix: str = ""
+) -> dict[str, dict]:
+    """An earlier run's base evaluation, only if its fingerprint equals ``fingerprint`` on
+    every key but ``ignore``.
+
+    ``path`` is a run directory or its base_eval.json. Raises SystemExit with ``fix`` when the
     file is missing, unreadable or measured under other conditions."""
     file = path / BASE_FILE if path.is_dir() else path
-    fix = "run without --base-from to evaluate the base model again"
+    fix = fix or "run without --base-from to evaluate the base model again"
     try:
         saved = json.loads(file.read_text(encoding="utf-8"))
         base, theirs = saved["base"], saved["fingerprint"]
@@ -127,20 +152,48 @@ def load_base(path: Path, fingerprint: dict) -> dict[str, dict]:
             if not all(isinstance(fields.get(k), float | int) for k in ("success", "format_ok")):
                 raise TypeError(f"base[{env!r}] lacks a numeric success or format_ok")
     except FileNotFoundError:
-        raise SystemExit(f"--base-from: {file} does not exist; {fix}") from None
+        raise SystemExit(f"{file} does not exist; {fix}") from None
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise SystemExit(f"--base-from: {file} is not a base evaluation ({err}); {fix}") from None
-    keys = fingerprint.keys() | theirs.keys()
+        raise SystemExit(f"{file} is not a base evaluation ({err}); {fix}") from None
+    keys = (fingerprint.keys() | theirs.keys()) - set(ignore)
+    theirs = with_new_defaults(theirs, fingerprint)
     differ = sorted(k for k in keys if fingerprint.get(k) != theirs.get(k))
     envs = fingerprint["env"]["eval_names"] or [fingerprint["env"]["name"]]
     missing = [env for env in envs if env not in base]
     if differ or missing:
         differ += [f"base lacks {env}" for env in missing]
         raise SystemExit(
-            f"--base-from: {file} was measured under other conditions (differs in: "
+            f"{file} was measured under other conditions (differs in: "
             f"{', '.join(differ)}), so its numbers are not this run's base; {fix}"
         )
     return base
+
+
+def load_resume(
+    root: Path, overrides: list[str], n: int, temperature: float
+) -> tuple[config.Config, RunDir, dict[str, dict], dict]:
+    """(config, run dir, base evaluation, earlier result) of the learn.py run at ``root`` that
+    ``--resume`` continues with ``overrides``. The base evaluation must have been measured
+    with ``n`` seeds at ``temperature`` and the run's rollout settings; ragen's source may
+    have changed since (the earlier result keeps its digest). Raises SystemExit or
+    ConfigError with the fix."""
+    run = RunDir(root)
+    try:
+        before = json.loads((root / RESULT_FILE).read_text(encoding="utf-8"))
+        if not all(isinstance(before.get(k), float | int) for k in ("steps", "train_minutes")):
+            raise TypeError("it lacks a numeric steps or train_minutes")
+    except FileNotFoundError:
+        raise SystemExit(f"--resume: {root} holds no {RESULT_FILE}: no learn.py run") from None
+    except (OSError, ValueError, TypeError) as err:
+        raise SystemExit(f"--resume: {root / RESULT_FILE} is unreadable ({err})") from None
+    saved = config.load(str(run.config))
+    cfg = config.load(str(run.config), overrides)
+    check_resume(run, saved, cfg, sft=before.get("training") == "sft")
+    fix = "resume with the run's own --eval-n, --temperature and rollout settings"
+    base = load_base(
+        root, eval_fingerprint(cfg, n, temperature), ignore=("source_sha256",), fix=fix
+    )
+    return cfg, run, base, before
 
 
 def change(before: float, after: float, n: int) -> dict[str, float | None]:
@@ -191,9 +244,11 @@ def prepend_base_and_final(summary: Path, result: dict) -> None:
     summary.write_text("\n".join(lines) + "\n\n" + summary.read_text())
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("preset", help="preset name, e.g. bandit")
+    parser.add_argument(
+        "preset", nargs="?", help="preset name, e.g. bandit (optional with --resume)"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted config overrides")
     parser.add_argument("--minutes", type=float, default=30.0, help="training wall-time budget")
     parser.add_argument("--eval-n", type=int, default=256, help="seeds per eval env")
@@ -210,74 +265,135 @@ def main() -> None:
         type=Path,
         help="reuse an earlier run's base evaluation (refused if measured under other conditions)",
     )
-    args = parser.parse_intermixed_args()  # overrides may follow the options
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue a learn.py run from its last checkpoint for --minutes more",
+    )
+    args = parser.parse_intermixed_args(argv)  # overrides may follow the options
+    if args.resume:
+        if args.out or args.base_from or args.sft:
+            parser.error(
+                "--resume continues RUN_DIR with its own base evaluation and training: "
+                "drop --out, --base-from and --sft"
+            )
+        if args.preset and "=" in args.preset:  # no preset named: an override came first
+            args.overrides, args.preset = [args.preset, *args.overrides], None
+        if not args.name:  # the default, the preset's own name, would overwrite its result
+            parser.error("--resume writes a new result: name it with --name")
+    elif not args.preset:
+        parser.error("name a preset (see `ragen config list`) or pass --resume RUN_DIR")
+    if args.name is not None and not args.name.replace("-", "").replace("_", "").isalnum():
+        parser.error(f"--name takes letters, digits, - and _ only; got {args.name!r}")
+    args.parser = parser
+    return args
 
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+
+def prepare(args: argparse.Namespace) -> tuple[config.Config, RunDir, dict | None, dict | None]:
+    """(config, run dir, base evaluation or None when it is to be measured, earlier result
+    of a resumed run or None). Nothing is created before every check has passed."""
     overrides = [*args.overrides, f"trainer.max_minutes={args.minutes}"]
     try:
+        if args.resume:
+            cfg, run, base, before = load_resume(
+                args.resume, overrides, args.eval_n, args.temperature
+            )
+            if args.preset not in (None, before.get("preset")):
+                args.parser.error(
+                    f"--resume: {args.resume} trained preset {before.get('preset')!r}, "
+                    f"not {args.preset!r}: drop the preset or name that one"
+                )
+            args.preset, args.sft = before.get("preset"), before.get("training") == "sft"
+            return cfg, run, base, before
         cfg = config.load(args.preset, overrides)
     except config.ConfigError as err:
-        parser.error(str(err))
-    fingerprint = eval_fingerprint(cfg, args.eval_n, args.temperature)
-    if args.base_from:  # checked before anything is created or loaded
-        base = load_base(args.base_from, fingerprint)
-    name = args.name or (f"sft-{args.preset}" if args.sft else args.preset)
-    if not name.replace("-", "").replace("_", "").isalnum():
-        parser.error(f"--name takes letters, digits, - and _ only; got {name!r}")
-    run = RunDir(Path(args.out or f"runs/learn-{name}-{stamp}"))
-    create_run_dir(run.root, cfg)
-    trainer = (SftTrainer if args.sft else Trainer)(cfg, run)
-
+        args.parser.error(str(err))
+    base = None
     if args.base_from:
-        print(f"base model: reused from {args.base_from} (same fingerprint)")
-        for env, n in base.items():
-            print(f"base {env}: success {n['success']:.2%}, format-ok {n['format_ok']:.2%}")
+        base = load_base(args.base_from, eval_fingerprint(cfg, args.eval_n, args.temperature))
+    name = args.name or (f"sft-{args.preset}" if args.sft else args.preset)
+    run = RunDir(Path(args.out or f"runs/learn-{name}-{args.stamp}"))
+    create_run_dir(run.root, cfg)
+    return cfg, run, base, None
+
+
+def print_base(base: dict[str, dict], source: str) -> None:
+    print(f"base model: {source}")
+    for env, n in base.items():
+        print(f"base {env}: success {n['success']:.2%}, format-ok {n['format_ok']:.2%}")
+
+
+def print_changes(base: dict, final: dict, changes: dict, n: int) -> None:
+    print(f"\n{'env':<18}{'base':>10}{'final':>10}   (success, {n} seeds)")
+    for env in base:
+        print(
+            f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}   "
+            + _shown_change(changes[env])
+        )
+
+
+def shown_command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this learn.py run."""
+    command = [args.preset, *args.overrides, f"--minutes {args.minutes:g}"]
+    command += ["--sft"] if args.sft and not args.resume else []
+    command += [f"--name {args.name}"] if args.name else []
+    command += [f"--eval-n {args.eval_n}", f"--temperature {args.temperature:g}"]
+    command += [f"--base-from {args.base_from}"] if args.base_from else []
+    command += [f"--resume {args.resume}"] if args.resume else []
+    return "python benchmarks/learn.py " + " ".join(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    args.stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    cfg, run, base, before = prepare(args)
+    trainer = (SftTrainer if args.sft else Trainer)(cfg, run, resume=bool(args.resume))
+    if args.resume:  # recorded once the checkpoint has loaded, as `ragen train --resume` does
+        rewrite_config(run, cfg)
+        print_base(base, f"the run's own base evaluation ({run.root / BASE_FILE})")
+    elif base is not None:
+        print_base(base, f"reused from {args.base_from} (same fingerprint)")
     else:  # evaluate_all prints each env's summary
         print(f"base model: {args.eval_n} seeds per env, T={args.temperature}")
         base = evaluate_all(trainer, args.eval_n, args.temperature, run.root / "eval-base")
-    # Saved at once: a run killed later keeps its half-hour base evaluation.
-    saved = {"fingerprint": fingerprint, "base": base}
-    write_atomic(run.root / BASE_FILE, json.dumps(saved, indent=2) + "\n")
+    if not args.resume:  # saved at once: a run killed later keeps its half-hour base evaluation
+        fingerprint = eval_fingerprint(cfg, args.eval_n, args.temperature)
+        saved = {"fingerprint": fingerprint, "base": base}
+        write_atomic(run.root / BASE_FILE, json.dumps(saved, indent=2) + "\n")
     started = time.perf_counter()
     stopped = None
     try:
         trainer.train()
     except KeyboardInterrupt:  # a stopped run is recorded, without a final evaluation
         stopped = "interrupted during training (Ctrl-C); no final evaluation"
-    train_s = time.perf_counter() - started
+    train_minutes = (time.perf_counter() - started) / 60
+    train_minutes += before["train_minutes"] if before else 0.0
     steps = len(read_jsonl(run.metrics).records)
     final, changes = None, None
     if stopped:
-        print(f"stopped after {steps} steps ({train_s / 60:.1f} min); recording the run")
+        print(f"stopped after {steps} steps ({train_minutes:.1f} min); recording the run")
     else:
-        print(f"trained {steps} steps in {train_s / 60:.1f} min; final evaluation")
-        final = evaluate_all(trainer, args.eval_n, args.temperature, run.root / "eval-final")
-        changes = {
-            env: change(base[env]["success"], final[env]["success"], args.eval_n) for env in base
-        }
-        print(f"\n{'env':<18}{'base':>10}{'final':>10}   (success, {args.eval_n} seeds)")
-        for env in base:
-            print(
-                f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}   "
-                + _shown_change(changes[env])
-            )
+        print(f"trained {steps} steps in {train_minutes:.1f} min; final evaluation")
+        out = run.root / (f"eval-step_{steps:06d}" if args.resume else "eval-final")
+        final = evaluate_all(trainer, args.eval_n, args.temperature, out)
+        changes = {e: change(base[e]["success"], final[e]["success"], args.eval_n) for e in base}
+        print_changes(base, final, changes, args.eval_n)
 
+    name = args.name or (f"sft-{args.preset}" if args.sft else args.preset)
     docs = DOCS / f"learn-{name}{'-stopped' if stopped else ''}"
     shutil.rmtree(docs, ignore_errors=True)
     write_report([run.root], docs)
-    command = [args.preset, *args.overrides, f"--minutes {args.minutes:g}"]
-    command += ["--sft"] if args.sft else []
-    command += [f"--name {args.name}"] if args.name else []
-    command += [f"--eval-n {args.eval_n}", f"--temperature {args.temperature:g}"]
-    if args.base_from:
-        command.append(f"--base-from {args.base_from}")
     result = {
         "preset": args.preset,
         "training": "sft" if args.sft else "rl",
-        "command": "python benchmarks/learn.py " + " ".join(command),
+        "command": shown_command(args),
         "minutes_budget": args.minutes,
-        "train_minutes": round(train_s / 60, 2),
+        "train_minutes": round(train_minutes, 2),
         "steps": steps,
+        "resumed": None
+        if before is None
+        else {k: before.get(k) for k in ("command", "steps", "train_minutes", "final")},
         "eval_seeds": args.eval_n,
         "eval_temperature": args.temperature,
         "base": base,
@@ -293,13 +409,15 @@ def main() -> None:
             "torch_threads": torch.get_num_threads(),
             "load_average": os.getloadavg(),
         },
-        "date": stamp,
+        "date": args.stamp,
     }
     prepend_base_and_final(docs / "summary.md", result)
     RESULTS.mkdir(exist_ok=True)
     stem = args.name or (f"sft_{args.preset}" if args.sft else args.preset)
     path = RESULTS / f"learn_{stem}{'_stopped' if stopped else ''}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    text = json.dumps(result, indent=2) + "\n"
+    path.write_text(text)
+    write_atomic(run.root / RESULT_FILE, text)
     print(f"wrote {path} and {docs}/")
 
 

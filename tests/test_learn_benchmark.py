@@ -155,3 +155,69 @@ def test_the_change_is_measured_in_standard_errors_of_the_difference():
     assert learn.change(0.5, 0.5, 200) == {"difference": 0.0, "se": 0.05, "z": 0.0}
     assert learn.change(0.0, 0.0, 64)["z"] == 0.0
     assert learn.change(0.0, 1.0, 64)["z"] is None  # no spread to measure against
+
+
+def test_a_fingerprint_saved_before_a_config_key_existed_is_still_this_ones(tmp_path):
+    # env.eval_options came later; a base evaluated before it held its default's behaviour.
+    fp = fingerprint()
+    older = {**fp, "env": {k: v for k, v in fp["env"].items() if k != "eval_options"}}
+    assert learn.load_base(saved_run(tmp_path, older), fp) == BASE
+    changed = {**older, "env": {**older["env"], "options": {"spaced": True}}}
+    with pytest.raises(SystemExit, match=r"differs in: env\)"):
+        learn.load_base(saved_run(tmp_path, changed), fp)
+
+
+TINY_RUN = [
+    *["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"],
+    *["rollout.groups=2", "rollout.group_size=2", "trainer.mini_batch_size=2"],
+    *["trainer.micro_batch_size=2", "logging.progress=false", "trainer.save_every=1"],
+]
+
+
+def test_a_resumed_run_counts_every_step_and_minute_against_its_own_base(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
+    run = tmp_path / "run"
+    learn.main(["sokoban", *TINY_RUN, "trainer.steps=1", "--eval-n", "2", "--out", str(run)])
+    first = json.loads((tmp_path / "results" / "learn_sokoban.json").read_text())
+    assert json.loads((run / learn.RESULT_FILE).read_text()) == first
+    with pytest.raises(SystemExit) as e:  # another preset than the run's
+        learn.main(["bandit", "--resume", str(run), "--name", "longer", "--eval-n", "2"])
+    assert "trained preset 'sokoban', not 'bandit'" in capsys.readouterr().err, e.value
+    learn.main(["--resume", str(run), "trainer.steps=2", "--eval-n", "2", "--name", "longer"])
+    result = json.loads((tmp_path / "results" / "learn_longer.json").read_text())
+    assert result["steps"] == 2 and len(read_jsonl(run / "metrics.jsonl").records) == 2
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl").records] == [0, 1]
+    assert result["base"] == first["base"] and result["preset"] == "sokoban"
+    assert result["train_minutes"] >= first["train_minutes"]
+    assert result["resumed"] == {
+        k: first[k] for k in ("command", "steps", "train_minutes", "final")
+    }
+    assert result["command"].endswith(f"--name longer --eval-n 2 --temperature 0.5 --resume {run}")
+    (saved,) = read_jsonl(run / "eval-step_000002" / "eval.jsonl").records
+    assert saved["episodes"] == 2 and result["final"]["sokoban"]["episodes"] == 2
+    assert (run / "eval-final").is_dir()  # the first final evaluation is kept
+    assert (tmp_path / "docs" / "learn-longer" / "summary.md").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["--resume", "R"], "name it with --name"),
+        (["--resume", "R", "--name", "x", "--out", "o"], "drop --out, --base-from and --sft"),
+        (["--resume", "R", "--name", "x", "--sft"], "drop --out, --base-from and --sft"),
+        (["--name", "x"], "name a preset"),
+        (["sokoban", "--name", "a b"], "letters, digits, - and _ only"),
+    ],
+)
+def test_a_resume_or_name_the_script_cannot_take_is_a_usage_error(argv, why, capsys):
+    with pytest.raises(SystemExit):
+        learn.parse_args(argv)
+    assert why in capsys.readouterr().err
+
+
+def test_a_resume_of_a_run_learn_py_did_not_make_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match=f"{tmp_path} holds no learn.json: no learn.py run"):
+        learn.main(["--resume", str(tmp_path), "--name", "x"])
