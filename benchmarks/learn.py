@@ -206,7 +206,7 @@ def change(before: float, after: float, n: int) -> dict[str, float | None]:
     return {"difference": difference, "se": se, "z": z}
 
 
-def _shown_change(c: dict) -> str:
+def shown_change(c: dict) -> str:
     z = "n/a" if c["z"] is None else f"{c['z']:+.2f}"
     return f"{c['difference'] * 100:+.2f} ± {c['se'] * 100:.2f} points (z {z})"
 
@@ -229,7 +229,7 @@ def prepend_base_and_final(summary: Path, result: dict) -> None:
         success, moved, format_ok = (
             (
                 f"{after['success']:.2%}",
-                _shown_change(result["change"][env]),
+                shown_change(result["change"][env]),
                 f"{after['format_ok']:.2%}",
             )
             if after
@@ -329,7 +329,7 @@ def print_changes(base: dict, final: dict, changes: dict, n: int) -> None:
     for env in base:
         print(
             f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}   "
-            + _shown_change(changes[env])
+            + shown_change(changes[env])
         )
 
 
