@@ -5,7 +5,9 @@
 For each of the ``--n`` evaluation lakes (the seeds `ragen eval` and training evaluations
 use), finite-horizon value iteration over the known slippery dynamics gives the highest
 probability of reaching the goal within each budget of actions (`envs.experts`); the table
-is their mean, the ceiling a FrozenLake success rate is read against. Writes
+is their mean, the ceiling a FrozenLake success rate is read against; on the corner lakes
+(start top-left, goal bottom-right) and on lakes with random ends (``random_ends=true``, as
+RAGEN draws them). Writes
 ``benchmarks/results/lake_ceiling.json``. Exact arithmetic on the transition table: no
 sampling, so the numbers do not vary between runs or machines.
 """
@@ -25,15 +27,17 @@ from ragen.train.evaluator import eval_seeds
 RESULTS = Path(__file__).parent / "results"
 
 
-def ceilings(env_name: str, n: int, budgets: list[int]) -> dict[int, float]:
+def ceilings(
+    env_name: str, n: int, budgets: list[int], random_ends: bool = False
+) -> dict[int, float]:
     """Mean over the evaluation lakes of the optimal success within each budget."""
-    env = envs.make(env_name)
+    env = envs.make(env_name, random_ends=random_ends)
     totals = dict.fromkeys(budgets, 0.0)
     for seed in eval_seeds(n, EVAL_SEED_BASE):
         env.reset(seed)
         values = goal_probabilities(transition_table(env.rows, env.slippery), max(budgets))
         for budget in budgets:
-            totals[budget] += values[budget][0]
+            totals[budget] += values[budget][env.state]
     return {budget: total / n for budget, total in totals.items()}
 
 
@@ -43,10 +47,12 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[5, 10, 20, 50, 100])
     args = parser.parse_args()
     rows = {}
-    print(f"{'env':<18}" + "".join(f"{b:>9}" for b in args.budgets) + "   (actions)")
-    for name in ("frozen-lake", "frozen-lake-8x8"):
-        rows[name] = ceilings(name, args.n, args.budgets)
-        print(f"{name:<18}" + "".join(f"{rows[name][b]:>9.2%}" for b in args.budgets))
+    print(f"{'env':<30}" + "".join(f"{b:>9}" for b in args.budgets) + "   (actions)")
+    for random_ends in (False, True):
+        for env in ("frozen-lake", "frozen-lake-8x8"):
+            name = f"{env} random_ends" if random_ends else env
+            rows[name] = ceilings(env, args.n, args.budgets, random_ends)
+            print(f"{name:<30}" + "".join(f"{rows[name][b]:>9.2%}" for b in args.budgets))
     result = {
         "command": "python benchmarks/lake_ceiling.py "
         + f"--n {args.n} --budgets {' '.join(map(str, args.budgets))}",

@@ -7,8 +7,10 @@ from ragen import envs
 from ragen.envs.base import GenerationError
 from ragen.envs.frozen_lake import (
     FrozenLakeEnv,
+    _demo_thought,
     draw,
     generate_map,
+    holes_beside,
     is_valid,
     shortest_path,
     transition_table,
@@ -32,9 +34,10 @@ def ours(rows, slippery=True):
 
 @pytest.mark.parametrize("size", [4, 8])
 @pytest.mark.parametrize("slippery", [True, False])
-def test_transition_table_equals_gymnasiums_on_the_same_map(size, slippery):
+@pytest.mark.parametrize("random_ends", [False, True])
+def test_transition_table_equals_gymnasiums_on_the_same_map(size, slippery, random_ends):
     for seed in range(10):
-        rows = generate_map(seed, size)
+        rows = generate_map(seed, size, random_ends=random_ends)
         assert ours(rows, slippery) == gymnasium_table(rows, slippery)
 
 
@@ -56,6 +59,14 @@ def test_maps_are_pinned_valid_and_mostly_different():
     assert all(is_valid(m) and m[0][0] == "S" and m[-1][-1] == "G" for m in maps)
     assert len(set(maps)) >= 80
     assert not is_valid(("SH", "HG"))
+
+
+def test_random_ends_put_start_and_goal_on_random_distinct_cells_of_valid_lakes():
+    maps = [generate_map(seed, random_ends=True) for seed in range(200)]
+    assert all(is_valid(m) and "".join(m).count("S") == "".join(m).count("G") == 1 for m in maps)
+    starts = {"".join(m).index("S") for m in maps}
+    goals = {"".join(m).index("G") for m in maps}
+    assert starts == goals == set(range(16))  # every cell serves as either
 
 
 def test_rendering_uses_the_agent_symbols():
@@ -124,6 +135,7 @@ def test_the_action_budget_truncates():
         ({"size": 1}, r"size must be between 2 and 64, got 1"),
         ({"slippery": "yes"}, r"slippery must be True or False"),
         ({"spaced": 1}, r"spaced must be True or False, got 1"),
+        ({"random_ends": "yes"}, r"random_ends must be True or False, got 'yes'"),
         ({"max_actions": 0}, r"max_actions must be >= 1"),
         # A lake that cannot be made would otherwise be redrawn for hours.
         ({"max_tries": 10**12}, r"max_tries must be between 1 and 10000, got 1000000000000"),
@@ -141,17 +153,26 @@ def test_a_lake_with_almost_no_ice_raises_after_bounded_tries():
         generate_map(0, 64, p=0.01, max_tries=10_001)
 
 
-def test_load_rejects_bad_maps():
-    with pytest.raises(ValueError, match="one S, top-left"):
-        FrozenLakeEnv().load(("FS", "FG"), seed=0)
+@pytest.mark.parametrize("rows", [("SS", "FG"), ("SF", "FF"), ("SFF", "FG"), ("SG", "GX")])
+def test_load_rejects_bad_maps(rows):
+    with pytest.raises(ValueError, match="square rows of S, F, H, G with one S and one G"):
+        FrozenLakeEnv().load(rows, seed=0)
+
+
+def test_a_start_anywhere_is_where_the_player_stands():
+    env = FrozenLakeEnv(slippery=False)
+    assert env.load(("FFF", "FSH", "GFF"), seed=0) == "___\n_PO\nG__"
+    assert env.state == 4
+    assert env.step("Left").observation == "___\nP_O\nG__"
+    assert env.step("Down").info["success"]
 
 
 def shortest_length(rows) -> int | None:
     """Steps to the goal over non-hole tiles: BFS over the non-slippery transition table
     (checked against gymnasium's above), apart from `shortest_path`'s own search."""
     table = transition_table(tuple(rows), slippery=False)
-    goal = "".join(rows).index("G")
-    steps, frontier = {0: 0}, [0]
+    goal, start = "".join(rows).index("G"), "".join(rows).index("S")
+    steps, frontier = {start: 0}, [start]
     while frontier:
         following = []
         for state in frontier:
@@ -176,9 +197,10 @@ def test_shortest_path_on_a_hand_checked_lake():
 
 
 @pytest.mark.parametrize("size", [4, 8])
-def test_shortest_path_walks_to_the_goal_over_no_hole_in_the_fewest_steps(size):
+@pytest.mark.parametrize("random_ends", [False, True])
+def test_shortest_path_walks_to_the_goal_over_no_hole_in_the_fewest_steps(size, random_ends):
     for seed in range(50):
-        rows = generate_map(seed, size)
+        rows = generate_map(seed, size, random_ends=random_ends)
         path = shortest_path(rows)
         results = walk(rows, path)
         assert len(path) == shortest_length(rows)
@@ -230,3 +252,24 @@ def test_a_spaced_lake_is_the_same_lake_and_walk_with_a_space_between_cells():
         "\n".join(" ".join(row) for row in d.observation.splitlines())
         for d in plain.demonstrations()
     ]
+
+
+def test_the_thoughts_place_the_goal_and_holes_from_wherever_the_start_is():
+    rows = ("FHF", "HSF", "GFF")  # start in the middle: holes above and left, goal 1 down-left
+    assert holes_beside(rows, 4) == "Holes O are 1 left of me and 1 above me."
+    assert holes_beside(rows, 8) == "No hole is beside me."
+    assert holes_beside(rows, 2) == "A hole O is 1 left of me."
+    assert _demo_thought(rows, "Down") == (
+        "The goal G is 1 below and 1 left of me. Holes O are 1 left of me and 1 above me, "
+        "so I go Down."
+    )
+
+
+def test_random_end_demonstrations_walk_their_own_lakes():
+    env = FrozenLakeEnv(random_ends=True)
+    for seed, demo in zip((2_000_000_001, 2_000_000_016), env.demonstrations(), strict=True):
+        played = FrozenLakeEnv(random_ends=True)
+        assert played.reset(seed) == demo.observation
+        results = walk(played.rows, demo.answer)
+        assert len(demo.answer) == shortest_length(played.rows)
+        assert results[-1].info["success"] and not any(r.terminated for r in results[:-1])

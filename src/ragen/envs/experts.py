@@ -31,7 +31,7 @@ from ragen.envs.bandit import BanditEnv
 from ragen.envs.base import relative_position
 from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
-from ragen.envs.frozen_lake import FrozenLakeEnv, transition_table
+from ragen.envs.frozen_lake import FrozenLakeEnv, holes_beside, transition_table
 from ragen.envs.sokoban import Room, SokobanEnv, cell_distance, relative_cell, solve
 
 # Open-loop moves the lake expert plans in one turn: 4**k sequences are searched, and a
@@ -242,19 +242,7 @@ def _frozen_lake(env: FrozenLakeEnv, limit: int, actions_left: int, located: boo
     goal = f"The goal G is {where_goal}."
     if located:
         goal = f"I am at {_at(state, size)}. The goal G is at {_at(goal_cell, size)}, {where_goal}."
-    holes = [
-        relative_position(d_row, d_col, "me")
-        for d_row, d_col in ((0, -1), (1, 0), (0, 1), (-1, 0))
-        if 0 <= row + d_row < size
-        and 0 <= col + d_col < size
-        and rows[row + d_row][col + d_col] == "H"
-    ]
-    if not holes:
-        beside = "No hole is beside me."
-    elif len(holes) == 1:
-        beside = f"A hole O is {holes[0]}."
-    else:
-        beside = f"Holes O are {', '.join(holes[:-1])} and {holes[-1]}."
+    beside = holes_beside(rows, state)
     chance = f"{probability:.0%}" if probability > 0 else "no"
     unit = "action" if actions_left == 1 else "actions"
     plan = " then ".join(moves)

@@ -7,8 +7,11 @@ the goal ends the episode, and only the goal pays (1). The transition table is b
 per map in gymnasium's layout, `table[state][action] = [(prob, next_state, reward,
 terminated), ...]`, and a test checks it entry by entry against gymnasium's own.
 
-Maps use gymnasium's letters internally (S start, F frozen, H hole, G goal; start in the
-top-left corner, goal in the bottom-right) so they can be handed to gymnasium unchanged.
+Maps use gymnasium's letters internally (S start, F frozen, H hole, G goal) so they can be
+handed to gymnasium unchanged. The start is the top-left corner and the goal the
+bottom-right one, as gymnasium draws them; with ``random_ends`` both sit on random distinct
+cells, as RAGEN's own lakes do (which puts many goals a few steps away: within 10 actions
+the best policy reaches them far more often, see benchmarks/lake_ceiling.py).
 The agent sees other symbols: P player, _ frozen, O hole, G goal, X player in a hole,
 √ player on the goal.
 """
@@ -60,15 +63,21 @@ _SLIP_STREAM = 1
 _DEMO_SEEDS = (2_000_000_001, 2_000_000_016)
 
 
+def start_cell(rows: tuple[str, ...] | list[str]) -> int:
+    """The start's cell, ``row * size + col``: the player's first state."""
+    return "".join(rows).index("S")
+
+
 def shortest_path(rows: tuple[str, ...] | list[str]) -> list[str] | None:
-    """A shortest action list from the start (top-left) to the goal that steps on no hole.
+    """A shortest action list from the start to the goal that steps on no hole.
 
     Breadth-first over the tiles, as on a lake that does not slip; moves are tried in
     ACTIONS order, so of several shortest paths the one with earlier actions wins.
     None when the holes cut the goal off.
     """
     size = len(rows)
-    parents: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {(0, 0): None}
+    start = divmod(start_cell(rows), size)
+    parents: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
     queue = deque(parents)
     while queue:
         row, col = queue.popleft()
@@ -94,9 +103,11 @@ def is_valid(rows: tuple[str, ...] | list[str]) -> bool:
 
 
 def generate_map(
-    seed: int, size: int = 4, p: float = 0.8, max_tries: int = 1000
+    seed: int, size: int = 4, p: float = 0.8, max_tries: int = 1000, random_ends: bool = False
 ) -> tuple[str, ...]:
     """A random `size`×`size` map whose goal is reachable; each tile is frozen w.p. `p`.
+    The start is top-left and the goal bottom-right, or with `random_ends` two distinct
+    cells drawn uniformly after the tiles.
 
     Raises GenerationError when `max_tries` draws all leave the goal cut off (tiny `p`).
     """
@@ -104,12 +115,17 @@ def generate_map(
     check_int("size", size, 2, MAX_SIZE)
     p = check_probability("p", p, allow_zero=False)
     check_int("max_tries", max_tries, 1, MAX_TRIES)
+    check_bool("random_ends", random_ends)
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
-        frozen = (rng.random((size, size)) < p).tolist()
-        rows = ["".join("F" if f else "H" for f in line) for line in frozen]
-        rows[0] = "S" + rows[0][1:]
-        rows[-1] = rows[-1][:-1] + "G"
+        cells = ["F" if f else "H" for f in (rng.random(size * size) < p).tolist()]
+        start, goal = (
+            rng.choice(size * size, 2, replace=False).tolist()
+            if random_ends
+            else (0, size * size - 1)
+        )
+        cells[start], cells[goal] = "S", "G"
+        rows = ["".join(cells[r * size : (r + 1) * size]) for r in range(size)]
         if is_valid(rows):
             return tuple(rows)
     raise GenerationError(
@@ -174,11 +190,13 @@ def draw(rows: tuple[str, ...], state: int, spaced: bool = False) -> str:
 
 
 class FrozenLakeEnv:
-    """Walk from the top-left corner to the goal on a random slippery lake.
+    """Walk from the start to the goal on a random slippery lake.
 
     Options: size (side of the map), p (frozen-tile probability), slippery, max_actions,
     spaced (a space between cells: SmolLM2's tokenizer merges runs such as `___` into one
-    token, so only the spaced lake gives every cell its own token).
+    token, so only the spaced lake gives every cell its own token), random_ends (start and
+    goal on random distinct cells, as RAGEN's lakes, instead of the top-left and
+    bottom-right corners).
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -191,11 +209,13 @@ class FrozenLakeEnv:
         max_actions: int = 100,
         max_tries: int = 1000,
         spaced: bool = False,
+        random_ends: bool = False,
     ) -> None:
         self.size = check_int("size", size, 2, MAX_SIZE)
         self.p = check_probability("p", p, allow_zero=False)
         self.slippery = check_bool("slippery", slippery)
         self.spaced = check_bool("spaced", spaced)
+        self.random_ends = check_bool("random_ends", random_ends)
         self.max_tries = check_int("max_tries", max_tries, 1, MAX_TRIES)
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
@@ -218,7 +238,8 @@ class FrozenLakeEnv:
         )
 
     def reset(self, seed: int) -> str:
-        return self.load(generate_map(seed, self.size, self.p, self.max_tries), seed)
+        rows = generate_map(seed, self.size, self.p, self.max_tries, self.random_ends)
+        return self.load(rows, seed)
 
     demo_count = len(_DEMO_SEEDS)
 
@@ -231,7 +252,12 @@ class FrozenLakeEnv:
         worked = []
         for seed in _DEMO_SEEDS:
             other = FrozenLakeEnv(
-                self.size, self.p, self.slippery, max_tries=self.max_tries, spaced=self.spaced
+                self.size,
+                self.p,
+                self.slippery,
+                max_tries=self.max_tries,
+                spaced=self.spaced,
+                random_ends=self.random_ends,
             )
             observation = other.reset(seed)
             path = shortest_path(other.rows)
@@ -244,15 +270,13 @@ class FrozenLakeEnv:
         """Start an episode on a given map (S, F, H, G rows); `seed` drives the slipping."""
         rows = tuple(rows)
         size = len(rows)
-        if (
-            any(len(row) != size or set(row) - set("SFHG") for row in rows)
-            or rows[0][0] != "S"
-            or "".join(rows).count("S") != 1
-        ):
-            raise ValueError("a lake map is square rows of S, F, H, G with one S, top-left")
+        if any(len(row) != size or set(row) - set("SFHG") for row in rows) or [
+            "".join(rows).count(end) for end in "SG"
+        ] != [1, 1]:
+            raise ValueError("a lake map is square rows of S, F, H, G with one S and one G")
         self.rows = rows
         self._table = transition_table(self.rows, self.slippery)
-        self._state = 0
+        self._state = start_cell(rows)
         self._views = [None] * (size * size)
         self._rng = np.random.default_rng([seed, _SLIP_STREAM])
         self._uniforms = []
@@ -304,22 +328,30 @@ class FrozenLakeEnv:
         return self._state
 
 
-def _demo_thought(rows: tuple[str, ...], first: str) -> str:
-    """A short true note on a lake's start: where the goal is, a hole beside the player.
-
-    A valid lake has at most one hole beside the top-left start: two would cut it off.
-    """
+def holes_beside(rows: tuple[str, ...], cell: int) -> str:
+    """A sentence on the holes next to ``cell`` (in ACTIONS order): "No hole is beside me.",
+    "A hole O is 1 below me." or "Holes O are 1 left of me and 1 below me."."""
     size = len(rows)
+    row, col = divmod(cell, size)
+    holes = [
+        relative_position(d_row, d_col, "me")
+        for d_row, d_col in _MOVES
+        if 0 <= row + d_row < size
+        and 0 <= col + d_col < size
+        and rows[row + d_row][col + d_col] == "H"
+    ]
+    if not holes:
+        return "No hole is beside me."
+    if len(holes) == 1:
+        return f"A hole {_TILE['H']} is {holes[0]}."
+    return f"Holes {_TILE['H']} are {', '.join(holes[:-1])} and {holes[-1]}."
+
+
+def _demo_thought(rows: tuple[str, ...], first: str) -> str:
+    """A short true note on a lake's start: where the goal is, the holes beside the player."""
+    size = len(rows)
+    row, col = divmod(start_cell(rows), size)
     goal_row, goal_col = divmod("".join(rows).index("G"), size)
-    goal = f"The goal {_TILE['G']} is {relative_position(goal_row, goal_col, 'me')}."
-    hole = next(
-        (
-            relative_position(d_row, d_col, "me")
-            for d_row, d_col in _MOVES
-            if 0 <= d_row < size and 0 <= d_col < size and rows[d_row][d_col] == "H"
-        ),
-        None,
-    )
-    if hole is None:
-        return f"{goal} No hole is beside me, so I go {first}."
-    return f"{goal} A hole {_TILE['H']} is {hole}, so I go {first}."
+    where = relative_position(goal_row - row, goal_col - col, "me")
+    beside = holes_beside(rows, start_cell(rows)).removesuffix(".")
+    return f"The goal {_TILE['G']} is {where}. {beside}, so I go {first}."
