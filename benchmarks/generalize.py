@@ -6,8 +6,10 @@ Evaluates the base model and a trained checkpoint on the envs of the paper's Tab
 family the checkpoint was trained on (Sokoban: sokoban, sokoban-newvocab, sokoban-large,
 frozen-lake; Bandit: bandit, bandit-rev), each env with its own preset's rollout settings,
 as ``ragen eval --env ENV`` runs it, on ``--n`` fixed seeds at ``--temperature``. The
-overrides apply to every env: ``env.options.spaced=true`` draws every grid the way a policy
-trained on spaced rooms saw them.
+overrides apply to every env (``env.options.spaced=true`` draws every grid the way a policy
+trained on spaced rooms saw them), except ``env.eval_options.ENV.KEY=VALUE``, which sets an
+option of env ENV alone, as in a training run's evaluation
+(``env.eval_options.frozen-lake.random_ends=true``: RAGEN's lakes).
 
 Prints success per env beside the paper's 0.5B number, with the trained-minus-base change in
 standard errors; writes ``benchmarks/results/generalize_<NAME>.json`` and
@@ -56,10 +58,32 @@ PAPER_TABLE4 = {
 }
 
 
+EVAL_OPTIONS = "env.eval_options."
+
+
+def env_overrides(env: str, overrides: list[str]) -> list[str]:
+    """``overrides`` as they apply to ``env``: ``env.eval_options.ENV.KEY=V`` becomes
+    ``env.options.KEY=V`` for that env and is dropped for the others."""
+    own = []
+    for override in overrides:
+        if not override.startswith(EVAL_OPTIONS):
+            own.append(override)
+            continue
+        name, dot, rest = override.removeprefix(EVAL_OPTIONS).partition(".")
+        if not dot or "=" in name:
+            raise config.ConfigError(
+                f"config: {override!r}: give one option, {EVAL_OPTIONS}ENV.KEY=VALUE"
+            )
+        if name == env:
+            own.append(f"env.options.{rest}")
+    return own
+
+
 def env_config(env: str, spec: str, overrides: list[str]) -> config.Config:
     """The config ``ragen eval --env ENV --model SPEC`` would run with ``overrides``."""
     preset = config.preset_for_env(env)
-    return config.load(preset, [*overrides, f"env.name={env}", f"model.spec={json.dumps(spec)}"])
+    own = env_overrides(env, overrides)
+    return config.load(preset, [*own, f"env.name={env}", f"model.spec={json.dumps(spec)}"])
 
 
 def kept(folder: Path, fingerprint: dict) -> dict | None:
@@ -181,6 +205,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.base = args.base or config.load(config.preset_for_env(envs[0])).model.spec
         for env in envs:
             env_config(env, args.model, args.overrides)
+        named = {
+            o.removeprefix(EVAL_OPTIONS).partition(".")[0]
+            for o in args.overrides
+            if o.startswith(EVAL_OPTIONS)
+        }
+        if named - set(envs):
+            raise config.ConfigError(
+                f"config: env.eval_options names {', '.join(sorted(named - set(envs)))}, "
+                f"not an env of the {args.family} table ({', '.join(envs)})"
+            )
     except config.ConfigError as err:
         parser.error(str(err))
     return args

@@ -69,9 +69,24 @@ def test_one_model_can_be_measured_now_and_the_other_later(written):
         (["chess", "--model", "tiny"], "invalid choice: 'chess'"),
         (["bandit", "--model", "tiny", "--name", "a/b"], "letters, digits"),
         (["bandit", "--model", "tiny", "rollout.max_turns=0"], "rollout.max_turns"),
+        (["bandit", "--model", "tiny", "env.eval_options.sokoban.spaced=true"], "not an env of"),
+        (["sokoban", "--model", "tiny", "env.eval_options.frozen-lake=1"], "give one option"),
+        (["sokoban", "--model", "tiny", "env.eval_options.sokoban-large.slippery=true"], "slip"),
     ],
 )
 def test_what_it_cannot_run_is_a_usage_error_before_any_model_loads(argv, why, capsys):
     with pytest.raises(SystemExit):
         generalize.parse_args(argv)
     assert why in capsys.readouterr().err
+
+
+def test_an_eval_option_sets_that_env_alone():
+    overrides = ["env.options.spaced=true", "env.eval_options.frozen-lake.random_ends=true"]
+    assert generalize.env_overrides("frozen-lake", overrides) == [
+        "env.options.spaced=true",
+        "env.options.random_ends=true",
+    ]
+    assert generalize.env_overrides("sokoban-large", overrides) == ["env.options.spaced=true"]
+    lake = generalize.env_config("frozen-lake", "tiny", overrides)
+    assert lake.env.options == {"spaced": True, "random_ends": True}
+    assert generalize.env_config("sokoban", "tiny", overrides).env.options == {"spaced": True}
