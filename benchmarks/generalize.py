@@ -113,17 +113,17 @@ def kept(folder: Path, fingerprint: dict) -> dict | None:
 
 
 def measure(label: str, spec: str, envs: list[str], args: argparse.Namespace) -> dict[str, dict]:
-    """Summary per env of model ``spec``: kept ones read back, the rest evaluated (the model
-    is loaded only if one is missing) and kept as each ends."""
+    """Summary per env of model ``spec``: kept ones read back, the rest of ``args.envs`` (all
+    when None) evaluated (the model is loaded only if one is missing) and kept as each ends."""
     summaries, missing = {}, []
     for env in envs:
         cfg = env_config(env, spec, args.overrides)
         fingerprint = eval_fingerprint(cfg, args.n, args.temperature)
         folder = args.out / label / env
         summary = kept(folder, fingerprint)
-        if summary is None:
+        if summary is None and env in (args.envs or envs):
             missing.append((env, cfg, fingerprint, folder))
-        else:
+        elif summary is not None:
             summaries[env] = summary
             print(f"{label} {env}: kept in {folder} (success {summary['success']:.2%})")
     if not missing:
@@ -191,6 +191,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=256, help="fixed seeds per env")
     parser.add_argument("--temperature", type=float, default=0.5, help="evaluation temperature")
     parser.add_argument("--only", choices=MODELS, help="measure one model now, the other later")
+    parser.add_argument(
+        "--envs",
+        nargs="+",
+        metavar="ENV",
+        help="measure these envs of the table now (default: all)",
+    )
     parser.add_argument("--name", help="result name (default: FAMILY)")
     parser.add_argument("--out", type=Path, help="where evaluations are kept")
     args = parser.parse_intermixed_args(argv)  # overrides may follow the options
@@ -201,6 +207,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--n must be >= 1 and --temperature >= 0")
     args.out = args.out or Path(f"runs/generalize-{args.name}")
     envs = list(PAPER_TABLE4[args.family])
+    if args.envs and set(args.envs) - set(envs):
+        parser.error(f"--envs: the {args.family} table has {', '.join(envs)}")
     try:  # every env's config is checked before any model loads
         args.base = args.base or config.load(config.preset_for_env(envs[0])).model.spec
         for env in envs:
@@ -248,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     command = [args.family, *args.overrides, f"--model {args.model}", f"--base {args.base}"]
     command += [f"--n {args.n}", f"--temperature {args.temperature:g}", f"--name {args.name}"]
     command += [f"--out {args.out}"] + ([f"--only {args.only}"] if args.only else [])
+    command += [f"--envs {' '.join(args.envs)}"] if args.envs else []
     result = {
         "command": "python benchmarks/generalize.py " + " ".join(command),
         "family": args.family,

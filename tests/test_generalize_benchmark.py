@@ -54,12 +54,21 @@ def test_each_model_is_measured_on_each_env_and_set_beside_the_paper(written, mo
         generalize.main(["bandit", *TINY, "--n", "2", "--out", str(out)])
 
 
-def test_one_model_can_be_measured_now_and_the_other_later(written):
+def test_one_model_or_env_can_be_measured_now_and_the_rest_later(written):
     out = written / "out"
     generalize.main(["bandit", *TINY, "--only", "trained", "--out", str(out)])
     rows = json.loads((written / "results" / "generalize_bandit.json").read_text())["envs"]
     assert all(r["base"] is None and r["change"] is None for r in rows.values())
     assert not (out / "base").exists() and (out / "trained" / "bandit-rev").is_dir()
+    generalize.main(["bandit", *TINY, "--envs", "bandit-rev", "--out", str(out)])
+    rows = json.loads((written / "results" / "generalize_bandit.json").read_text())["envs"]
+    assert rows["bandit"]["base"] is None and rows["bandit"]["trained"] is not None
+    assert rows["bandit-rev"]["change"] == {
+        "difference": 0.0,
+        "se": rows["bandit-rev"]["change"]["se"],
+        "z": 0.0,
+    }
+    assert not (out / "base" / "bandit").exists()
 
 
 @pytest.mark.parametrize(
@@ -68,6 +77,7 @@ def test_one_model_can_be_measured_now_and_the_other_later(written):
         (["sokoban"], "--model"),
         (["chess", "--model", "tiny"], "invalid choice: 'chess'"),
         (["bandit", "--model", "tiny", "--name", "a/b"], "letters, digits"),
+        (["bandit", "--model", "tiny", "--envs", "sokoban"], "table has bandit, bandit-rev"),
         (["bandit", "--model", "tiny", "rollout.max_turns=0"], "rollout.max_turns"),
         (["bandit", "--model", "tiny", "env.eval_options.sokoban.spaced=true"], "not an env of"),
         (["sokoban", "--model", "tiny", "env.eval_options.frozen-lake=1"], "give one option"),
