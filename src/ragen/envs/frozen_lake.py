@@ -57,9 +57,9 @@ _PLAYER = {"S": "P", "F": "P", "H": "X", "G": "√"}  # the player standing on e
 _SLIP_STREAM = 1
 # Lakes of the worked turns shown to a small model (rollout.demos). Seeds from 2e9 up are
 # never played: training seeds are below 1e9 and evaluation seeds are 1e9 + i. On the 4×4
-# lakes of these two a hole sits right of the start (so the path starts Down) and below
-# it (so it starts Right); on the 8×8 lakes the paths also start Down and Right, so the
-# examples point to no fixed first action.
+# corner lakes of these two a hole sits right of the start (so the path starts Down) and
+# below it (so it starts Right); on the 8×8 ones the paths also start Down and Right, so the
+# examples point to no fixed first action (random-end lakes of these seeds are other lakes).
 _DEMO_SEEDS = (2_000_000_001, 2_000_000_016)
 
 
