@@ -265,10 +265,12 @@ def test_the_thoughts_place_the_goal_and_holes_from_wherever_the_start_is():
     )
 
 
-def test_random_end_demonstrations_walk_their_own_lakes():
-    env = FrozenLakeEnv(random_ends=True)
-    for seed, demo in zip((2_000_000_001, 2_000_000_016), env.demonstrations(), strict=True):
-        played = FrozenLakeEnv(random_ends=True)
+@pytest.mark.parametrize("size", [4, 8])
+def test_random_end_demonstrations_walk_their_own_lakes_from_no_fixed_first_move(size):
+    demos = FrozenLakeEnv(size, random_ends=True).demonstrations()
+    assert demos[0].answer[0] != demos[1].answer[0]
+    for seed, demo in zip((2_000_000_002, 2_000_000_018), demos, strict=True):
+        played = FrozenLakeEnv(size, random_ends=True)
         assert played.reset(seed) == demo.observation
         results = walk(played.rows, demo.answer)
         assert len(demo.answer) == shortest_length(played.rows)
