@@ -16,7 +16,8 @@ standard errors; writes ``benchmarks/results/generalize_<NAME>.json`` and
 ``docs/generalize-<NAME>.png``. Each evaluation is kept as it ends in
 ``--out/<base|trained>/<env>/`` (a folder ``ragen view`` opens, plus ``result.json`` with the
 fingerprint of its conditions): a run stopped half-way, or rerun with ``--only``, measures
-only what is missing, and refuses an evaluation kept under other conditions.
+only what is missing, and refuses an evaluation kept under other conditions (ragen's source
+may differ: each row records the digest it was measured with, ``source_sha256``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ragen.train.trainer import resolve_device
 RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).parent.parent / "docs"
 RESULT_FILE = "result.json"
+SOURCE = "source_sha256"  # the fingerprint's digest of ragen's source
 MODELS = ("base", "trained")
 
 # The paper's Table 4: success (%) of its RL-trained 0.5B model, by the env it was trained on
@@ -88,7 +90,9 @@ def env_config(env: str, spec: str, overrides: list[str]) -> config.Config:
 
 def kept(folder: Path, fingerprint: dict) -> dict | None:
     """The summary kept in ``folder`` if measured under ``fingerprint``; None if none is kept.
-    Raises SystemExit naming what differs when one was measured under other conditions."""
+    ragen's source may have changed since (a table is often measured over several sessions):
+    the summary then carries the digest it was measured with, ``source_sha256``. Raises
+    SystemExit naming what differs when one was measured under other conditions."""
     file = folder / RESULT_FILE
     if not file.is_file():
         return None
@@ -101,15 +105,14 @@ def kept(folder: Path, fingerprint: dict) -> dict | None:
         raise SystemExit(
             f"{file} is unreadable ({err}): delete {folder} to measure it again"
         ) from None
-    differ = sorted(
-        k for k in fingerprint.keys() | theirs.keys() if fingerprint.get(k) != theirs.get(k)
-    )
+    keys = (fingerprint.keys() | theirs.keys()) - {SOURCE}
+    differ = sorted(k for k in keys if fingerprint.get(k) != theirs.get(k))
     if differ:
         raise SystemExit(
             f"{file} was measured under other conditions (differs in: {', '.join(differ)}): "
             f"give another --out, or delete {folder} to measure it again"
         )
-    return summary
+    return {**summary, SOURCE: theirs.get(SOURCE)}
 
 
 def measure(label: str, spec: str, envs: list[str], args: argparse.Namespace) -> dict[str, dict]:
@@ -143,7 +146,7 @@ def measure(label: str, spec: str, envs: list[str], args: argparse.Namespace) ->
         saved = {"fingerprint": fingerprint, "summary": summary}
         write_atomic(folder / RESULT_FILE, json.dumps(saved, indent=2) + "\n")
         print(format_summary(env, summary))
-        summaries[env] = summary
+        summaries[env] = {**summary, SOURCE: fingerprint[SOURCE]}
     return summaries
 
 
@@ -253,6 +256,9 @@ def main(argv: list[str] | None = None) -> None:
         moved = f"   {shown_change(row['change'])}" if row["change"] else ""
         print(f"{env:<18}{row['paper']:>7.2f}%" + "".join(shown) + moved)
 
+    digests = {row[k][SOURCE] for row in rows.values() for k in MODELS if row[k]}
+    if len(digests) > 1:
+        print(f"note: measured with {len(digests)} versions of ragen's source ({SOURCE} per row)")
     command = [args.family, *args.overrides, f"--model {args.model}", f"--base {args.base}"]
     command += [f"--n {args.n}", f"--temperature {args.temperature:g}", f"--name {args.name}"]
     command += [f"--out {args.out}"] + ([f"--only {args.only}"] if args.only else [])

@@ -10,6 +10,7 @@ from ragen.monitor.jsonl import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))  # its `from learn import`
 import generalize
+import learn  # generalize.py's own import of it
 
 TINY = ["--model", "tiny", "--base", "tiny", "--n", "3", "rollout.max_reply_tokens=6"]
 
@@ -52,6 +53,20 @@ def test_each_model_is_measured_on_each_env_and_set_beside_the_paper(written, mo
     assert again["envs"] == result["envs"]
     with pytest.raises(SystemExit, match=r"other conditions \(differs in: eval_n\)"):
         generalize.main(["bandit", *TINY, "--n", "2", "--out", str(out)])
+
+
+def test_an_evaluation_kept_by_other_code_is_read_back_with_its_digest(written, capsys):
+    out = written / "out"
+    generalize.main(["bandit", *TINY, "--out", str(out)])
+    file = out / "base" / "bandit" / generalize.RESULT_FILE
+    saved = json.loads(file.read_text())
+    saved["fingerprint"]["source_sha256"] = "0" * 64
+    file.write_text(json.dumps(saved))
+    generalize.main(["bandit", *TINY, "--out", str(out)])
+    rows = json.loads((written / "results" / "generalize_bandit.json").read_text())["envs"]
+    assert rows["bandit"]["base"]["source_sha256"] == "0" * 64
+    assert rows["bandit"]["trained"]["source_sha256"] == learn.source_digest()
+    assert "note: measured with 2 versions of ragen's source" in capsys.readouterr().out
 
 
 def test_one_model_or_env_can_be_measured_now_and_the_rest_later(written):
