@@ -24,17 +24,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from learn import change, eval_fingerprint, shown_change, with_new_defaults
+from learn import (
+    change,
+    differing,
+    eval_fingerprint,
+    is_result_name,
+    machine_record,
+    shown_change,
+)
 from ragen import config, models, threads
 from ragen.monitor.jsonl import write_atomic
 from ragen.rollout.backends import make_generator
@@ -63,21 +67,28 @@ PAPER_TABLE4 = {
 EVAL_OPTIONS = "env.eval_options."
 
 
+def eval_option(override: str) -> tuple[str, str] | None:
+    """(ENV, "KEY=V") of an ``env.eval_options.ENV.KEY=V`` override; None for any other."""
+    if not override.startswith(EVAL_OPTIONS):
+        return None
+    name, dot, rest = override.removeprefix(EVAL_OPTIONS).partition(".")
+    if not dot or "=" in name:
+        raise config.ConfigError(
+            f"config: {override!r}: give one option, {EVAL_OPTIONS}ENV.KEY=VALUE"
+        )
+    return name, rest
+
+
 def env_overrides(env: str, overrides: list[str]) -> list[str]:
     """``overrides`` as they apply to ``env``: ``env.eval_options.ENV.KEY=V`` becomes
     ``env.options.KEY=V`` for that env and is dropped for the others."""
     own = []
     for override in overrides:
-        if not override.startswith(EVAL_OPTIONS):
+        option = eval_option(override)
+        if option is None:
             own.append(override)
-            continue
-        name, dot, rest = override.removeprefix(EVAL_OPTIONS).partition(".")
-        if not dot or "=" in name:
-            raise config.ConfigError(
-                f"config: {override!r}: give one option, {EVAL_OPTIONS}ENV.KEY=VALUE"
-            )
-        if name == env:
-            own.append(f"env.options.{rest}")
+        elif option[0] == env:
+            own.append(f"env.options.{option[1]}")
     return own
 
 
@@ -98,15 +109,14 @@ def kept(folder: Path, fingerprint: dict) -> dict | None:
         return None
     try:
         saved = json.loads(file.read_text(encoding="utf-8"))
-        summary, theirs = saved["summary"], with_new_defaults(saved["fingerprint"], fingerprint)
+        summary, theirs = saved["summary"], saved["fingerprint"]
+        differ = differing(fingerprint, theirs, ignore=(SOURCE,))
         if not isinstance(summary.get("success"), float | int):
             raise TypeError("its summary lacks a numeric success")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise SystemExit(
             f"{file} is unreadable ({err}): delete {folder} to measure it again"
         ) from None
-    keys = (fingerprint.keys() | theirs.keys()) - {SOURCE}
-    differ = sorted(k for k in keys if fingerprint.get(k) != theirs.get(k))
     if differ:
         raise SystemExit(
             f"{file} was measured under other conditions (differs in: {', '.join(differ)}): "
@@ -204,7 +214,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="where evaluations are kept")
     args = parser.parse_intermixed_args(argv)  # overrides may follow the options
     args.name = args.name or args.family
-    if not args.name.replace("-", "").replace("_", "").isalnum():
+    if not is_result_name(args.name):
         parser.error(f"--name takes letters, digits, - and _ only; got {args.name!r}")
     if args.n < 1 or args.temperature < 0:
         parser.error("--n must be >= 1 and --temperature >= 0")
@@ -216,11 +226,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.base = args.base or config.load(config.preset_for_env(envs[0])).model.spec
         for env in envs:
             env_config(env, args.model, args.overrides)
-        named = {
-            o.removeprefix(EVAL_OPTIONS).partition(".")[0]
-            for o in args.overrides
-            if o.startswith(EVAL_OPTIONS)
-        }
+        named = {option[0] for o in args.overrides if (option := eval_option(o))}
         if named - set(envs):
             raise config.ConfigError(
                 f"config: env.eval_options names {', '.join(sorted(named - set(envs)))}, "
@@ -272,12 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         "envs": rows,
         "seconds": round(time.perf_counter() - started, 1),
         "out": str(args.out),
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_average": os.getloadavg(),
-        },
+        "machine": machine_record(),
         "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
     }
     RESULTS.mkdir(exist_ok=True)

@@ -118,6 +118,29 @@ def eval_fingerprint(cfg: config.Config, n: int, temperature: float) -> dict:
     }
 
 
+def differing(fingerprint: dict, theirs: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+    """The keys (but ``ignore``) on which a saved fingerprint ``theirs`` differs from
+    ``fingerprint``, config keys added to ragen since it was saved taken at their defaults."""
+    keys = (fingerprint.keys() | theirs.keys()) - set(ignore)
+    theirs = with_new_defaults(theirs, fingerprint)
+    return sorted(k for k in keys if fingerprint.get(k) != theirs.get(k))
+
+
+def is_result_name(name: str) -> bool:
+    """A --name fit for file names: letters, digits, - and _."""
+    return name.replace("-", "").replace("_", "").isalnum()
+
+
+def machine_record() -> dict:
+    """The machine a result was measured on, as the result JSON records it."""
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average": os.getloadavg(),
+    }
+
+
 def with_new_defaults(theirs: dict, ours: dict) -> dict:
     """``theirs`` (a saved fingerprint) with the config keys that ``ours`` has and ragen added
     since it was saved, at their defaults: a key that did not exist then held its default's
@@ -155,9 +178,7 @@ def load_base(
         raise SystemExit(f"{file} does not exist; {fix}") from None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise SystemExit(f"{file} is not a base evaluation ({err}); {fix}") from None
-    keys = (fingerprint.keys() | theirs.keys()) - set(ignore)
-    theirs = with_new_defaults(theirs, fingerprint)
-    differ = sorted(k for k in keys if fingerprint.get(k) != theirs.get(k))
+    differ = differing(fingerprint, theirs, ignore)
     envs = fingerprint["env"]["eval_names"] or [fingerprint["env"]["name"]]
     missing = [env for env in envs if env not in base]
     if differ or missing:
@@ -284,7 +305,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error("--resume writes a new result: name it with --name")
     elif not args.preset:
         parser.error("name a preset (see `ragen config list`) or pass --resume RUN_DIR")
-    if args.name is not None and not args.name.replace("-", "").replace("_", "").isalnum():
+    if args.name is not None and not is_result_name(args.name):
         parser.error(f"--name takes letters, digits, - and _ only; got {args.name!r}")
     args.parser = parser
     return args
@@ -403,12 +424,7 @@ def main(argv: list[str] | None = None) -> None:
         "stopped": stopped,
         "run_dir": str(run.root),
         "report": str(docs.relative_to(DOCS.parent)),
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_average": os.getloadavg(),
-        },
+        "machine": machine_record(),
         "date": args.stamp,
     }
     prepend_base_and_final(docs / "summary.md", result)

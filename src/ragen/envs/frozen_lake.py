@@ -352,9 +352,9 @@ def holes_beside(rows: tuple[str, ...], cell: int) -> str:
 
 def _demo_thought(rows: tuple[str, ...], first: str) -> str:
     """A short true note on a lake's start: where the goal is, the holes beside the player."""
-    size = len(rows)
-    row, col = divmod(start_cell(rows), size)
+    size, start = len(rows), start_cell(rows)
+    row, col = divmod(start, size)
     goal_row, goal_col = divmod("".join(rows).index("G"), size)
     where = relative_position(goal_row - row, goal_col - col, "me")
-    beside = holes_beside(rows, start_cell(rows)).removesuffix(".")
+    beside = holes_beside(rows, start).removesuffix(".")
     return f"The goal {_TILE['G']} is {where}. {beside}, so I go {first}."
