@@ -10,7 +10,10 @@ is generated tokens per second end to end, prefill included: B·reply / (prefill
 
 - ragen: the ``hf`` backend (``CachedGenerator``, what rollouts run) with a stopper that never
   fires, sampling at temperature 1 (its sampling is in the time), weights in float32 and, as
-  an extra row, in the dtype rollouts use on this machine (``auto``).
+  an extra row, in the dtype rollouts use on this machine (``auto``); and, as the reference
+  it improves on, float32 decoding with transformers' own ``sdpa`` attention instead of
+  ``ragen.rollout.attention`` (rows of one shared prompt carry no mask, which sends
+  transformers to its slow ``enable_gqa`` kernel).
 - llama.cpp: ``llama-batched-bench -pps`` (shared prompt, every row's logits computed, no
   sampling) on a float32 GGUF that llama.cpp's own ``convert_hf_to_gguf.py`` writes from the
   same weights. llama.cpp is never a dependency of ragen: the Makefile builds it from the
@@ -38,6 +41,7 @@ import torch
 
 from measure import copy_bandwidth, flops, machine, matmul_peak, model_shape, positions_sum
 from ragen import models
+from ragen.rollout import attention
 from ragen.rollout.generator import CachedGenerator, Request, Stopper
 
 ROOT = Path(__file__).parent.parent
@@ -48,10 +52,14 @@ BENCH_BINARY = Path("build") / "bin" / "llama-batched-bench"
 # ---------------------------------------------------------------------------- ragen
 
 
-def ragen_seconds(model, tokenizer, batch: int, prompt: list[int], reply: int, seed: int) -> float:
-    """Wall seconds for ``batch`` rows sharing ``prompt`` to each sample ``reply`` tokens."""
+def ragen_seconds(
+    model, tokenizer, batch: int, prompt: list[int], reply: int, seed: int, attention: str
+) -> float:
+    """Wall seconds for ``batch`` rows sharing ``prompt`` to each sample ``reply`` tokens,
+    decoding with the attention implementation ``attention``."""
     never = Stopper(tokenizer, eos=(), stop_strings=())
     generator = CachedGenerator(model, never)
+    model.set_attn_implementation(attention)  # after the generator, which sets its own
     requests = [Request(("row", i), prompt) for i in range(batch)]
     started = time.perf_counter()
     samples = generator.generate(requests, max_new_tokens=reply, temperature=1.0, seed=seed)
@@ -137,11 +145,16 @@ def main() -> None:
         sys.exit(f"{binary} is missing: build it with `make llama-cpp` (from source, minutes)")
     gguf = gguf_file(args.llama_dir, "f32")
     fp32, tokenizer = models.load_policy(models.DEFAULT_SPEC, dtype="float32")
-    policies = {"ragen float32": fp32}
+    # name -> (model, attention); the rows of one prompt carry no mask, so transformers'
+    # own sdpa decodes them with enable_gqa, the kernel ragen's attention keeps them off.
+    policies = {
+        "ragen float32": (fp32, attention.NAME),
+        "ragen float32, transformers sdpa": (fp32, "sdpa"),
+    }
     auto_dtype = str(models.resolve_dtype("auto")).removeprefix("torch.")
     if auto_dtype != "float32":  # the dtype rollouts sample in here, as an extra row
         auto, _ = models.load_policy(models.DEFAULT_SPEC, dtype="auto")
-        policies[f"ragen {auto_dtype} (auto)"] = auto
+        policies[f"ragen {auto_dtype} (auto)"] = (auto, attention.NAME)
     shape = model_shape(fp32)
     prompt = [random.Random(0).randrange(3, shape["vocab"]) for _ in range(args.prompt)]
 
@@ -150,8 +163,8 @@ def main() -> None:
         torch.set_num_threads(threads)
         peak = matmul_peak(shape, max(args.batches))["fp32_gflops"]
         bandwidth = copy_bandwidth()
-        for policy in policies.values():  # warm-up: first-call allocations, kernel choice
-            ragen_seconds(policy, tokenizer, max(args.batches), prompt, 4, seed=0)
+        for policy, kernel in policies.values():  # warm-up: first-call allocations, kernels
+            ragen_seconds(policy, tokenizer, max(args.batches), prompt, 4, 0, kernel)
         for batch in args.batches:
             generated = batch * args.reply
             bound = bound_seconds(shape, batch, args.prompt, args.reply, peak, bandwidth)
@@ -160,8 +173,10 @@ def main() -> None:
             for repeat in range(args.repeats):
                 t_pp, t_tg = llama_seconds(binary, gguf, threads, batch, args.prompt, args.reply)
                 timings["llama.cpp float32"].append(t_pp + t_tg)
-                for name, policy in policies.items():
-                    took = ragen_seconds(policy, tokenizer, batch, prompt, args.reply, repeat)
+                for name, (policy, kernel) in policies.items():
+                    took = ragen_seconds(
+                        policy, tokenizer, batch, prompt, args.reply, repeat, kernel
+                    )
                     timings[name].append(took)
             cell = {"threads": threads, "batch": batch, "generated_tokens": generated}
             cell["bound_s"] = round(bound, 3)

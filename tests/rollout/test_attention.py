@@ -1,0 +1,88 @@
+"""The decode attention: transformers' SDPA, with one new token of a grouped-query model
+computed on the folded queries whether or not a mask is given."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragen import models
+from ragen.rollout.attention import NAME, use_decode_attention
+from ragen.rollout.backends import make_generator
+from ragen.rollout.generator import Request
+
+
+def _fresh_tiny(tokenizer):
+    model = models.build_tiny(len(tokenizer), seed=3, eos_token_id=tokenizer.eos_token_id)
+    assert model.config._attn_implementation == "sdpa"
+    assert model.config.num_attention_heads // model.config.num_key_value_heads == 2
+    return model
+
+
+def _logits(model, ids, mask, step):
+    """Logits of one decode step after a prefill of ``ids`` (B, L) → (B, V)."""
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        full = torch.cat([mask, torch.ones(len(ids), 1, dtype=mask.dtype)], 1)
+        return model(
+            input_ids=step, attention_mask=full, cache=out.past_key_values, use_cache=True
+        ).logits[:, -1]
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["same-length rows", "left-padded rows"])
+def test_decode_step_equals_sdpa(tiny, padded):
+    tokenizer = tiny[1]
+    model = _fresh_tiny(tokenizer)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, 400, (3, 12), generator=g)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    if padded:
+        mask[0, :5] = 0  # row 0 is 7 tokens long
+    step = torch.randint(10, 400, (3, 1), generator=g)
+    before = _logits(model, ids, mask, step)
+    use_decode_attention(model)
+    assert model.config._attn_implementation == NAME
+    after = _logits(model, ids, mask, step)
+    torch.testing.assert_close(after, before, rtol=0, atol=1e-5)
+
+
+def test_prefill_and_training_forward_are_passed_through_unchanged(tiny):
+    tokenizer = tiny[1]
+    model = _fresh_tiny(tokenizer)
+    ids = torch.randint(10, 400, (2, 9), generator=torch.Generator().manual_seed(1))
+    before = model(input_ids=ids).logits
+    before.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    use_decode_attention(model)
+    after = model(input_ids=ids).logits
+    after.sum().backward()
+    assert torch.equal(after, before)
+    for p, g in zip(model.parameters(), grads, strict=True):
+        assert torch.equal(p.grad, g)
+
+
+def test_other_implementations_are_kept(tiny):
+    model = _fresh_tiny(tiny[1])
+    model.set_attn_implementation("eager")
+    use_decode_attention(model)
+    assert model.config._attn_implementation == "eager"
+
+
+def test_the_cached_generator_decodes_with_it_and_samples_as_sdpa_does(tiny):
+    tokenizer = tiny[1]
+    # Rows of one length: the decode steps carry no mask, the case the folding is for.
+    requests = [Request(key=i, context_ids=[5, 6, 7, 8 + i]) for i in range(3)]
+    samples = {}
+    for implementation in (NAME, "sdpa"):
+        model = _fresh_tiny(tokenizer)
+        generator = make_generator("hf", model, tokenizer)
+        assert model.config._attn_implementation == NAME
+        model.set_attn_implementation(implementation)
+        samples[implementation] = generator.generate(
+            requests, max_new_tokens=6, temperature=1.0, seed=0
+        )
+    ours, reference = samples[NAME], samples["sdpa"]
+    assert [s.token_ids for s in ours] == [s.token_ids for s in reference]
+    for a, b in zip(ours, reference, strict=True):
+        torch.testing.assert_close(a.logprobs, b.logprobs, rtol=0, atol=1e-5)
