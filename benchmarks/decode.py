@@ -53,13 +53,13 @@ BENCH_BINARY = Path("build") / "bin" / "llama-batched-bench"
 
 
 def ragen_seconds(
-    model, tokenizer, batch: int, prompt: list[int], reply: int, seed: int, attention: str
+    model, tokenizer, batch: int, prompt: list[int], reply: int, seed: int, kernel: str
 ) -> float:
     """Wall seconds for ``batch`` rows sharing ``prompt`` to each sample ``reply`` tokens,
-    decoding with the attention implementation ``attention``."""
+    decoding with the attention implementation ``kernel``."""
     never = Stopper(tokenizer, eos=(), stop_strings=())
     generator = CachedGenerator(model, never)
-    model.set_attn_implementation(attention)  # after the generator, which sets its own
+    model.set_attn_implementation(kernel)
     requests = [Request(("row", i), prompt) for i in range(batch)]
     started = time.perf_counter()
     samples = generator.generate(requests, max_new_tokens=reply, temperature=1.0, seed=seed)

@@ -146,7 +146,9 @@ def measure(label: str, spec: str, envs: list[str], args: argparse.Namespace) ->
     model, tokenizer = models.load_policy(
         spec, dtype=first.model.dtype, device=device, allow_download=first.model.allow_download
     )
-    generator = make_generator(first.rollout.backend, model, tokenizer)
+    generator = make_generator(
+        first.rollout.backend, model, tokenizer, attention=first.model.attention
+    )
     for env, cfg, fingerprint, folder in missing:
         print(f"{label} ({spec}) on {env}: {args.n} seeds, T={args.temperature}")
         request = EvalRequest(env=env, n=args.n, temperature=args.temperature)

@@ -59,10 +59,12 @@ OLD_PATH = [
     "trainer.prefix_sharing=micro_batch",
     "model.dtype=float32",
     "trainer.sort_micro_batches=false",
+    "model.attention=sdpa",
 ]
 """Overrides that restore how a step ran before issue 19: a scoring pass before every update,
 the shared opening run again by every micro-batch, rollouts sampled from the float32 master
-weights (model.dtype was read by ragen eval only), micro-batches cut in random order."""
+weights (model.dtype was read by ragen eval only), micro-batches cut in random order, decoding
+with transformers' own attention."""
 QUIET = [
     "logging.tensorboard=false",
     "logging.progress=false",

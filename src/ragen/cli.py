@@ -296,7 +296,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         device=str(resolve_device(cfg.trainer.device)),
         allow_download=cfg.model.allow_download,
     )
-    generator = make_generator(args.backend, model, tokenizer)
+    generator = make_generator(args.backend, model, tokenizer, attention=cfg.model.attention)
     request = EvalRequest(env=args.env, n=args.n, k=args.k, temperature=args.temperature)
     with threads.computing_with(cfg.trainer.threads):
         summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)

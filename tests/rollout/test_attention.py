@@ -69,20 +69,18 @@ def test_other_implementations_are_kept(tiny):
     assert model.config._attn_implementation == "eager"
 
 
-def test_the_cached_generator_decodes_with_it_and_samples_as_sdpa_does(tiny):
+@pytest.mark.parametrize("backend", ["hf", "naive"])
+def test_model_attention_picks_the_kernel_and_both_sample_alike(tiny, backend):
     tokenizer = tiny[1]
     # Rows of one length: the decode steps carry no mask, the case the folding is for.
     requests = [Request(key=i, context_ids=[5, 6, 7, 8 + i]) for i in range(3)]
     samples = {}
-    for implementation in (NAME, "sdpa"):
+    for attention, implementation in (("ragen", NAME), ("sdpa", "sdpa")):
         model = _fresh_tiny(tokenizer)
-        generator = make_generator("hf", model, tokenizer)
-        assert model.config._attn_implementation == NAME
-        model.set_attn_implementation(implementation)
-        samples[implementation] = generator.generate(
-            requests, max_new_tokens=6, temperature=1.0, seed=0
-        )
-    ours, reference = samples[NAME], samples["sdpa"]
+        generator = make_generator(backend, model, tokenizer, attention=attention)
+        assert model.config._attn_implementation == implementation
+        samples[attention] = generator.generate(requests, max_new_tokens=6, temperature=1.0, seed=0)
+    ours, reference = samples["ragen"], samples["sdpa"]
     assert [s.token_ids for s in ours] == [s.token_ids for s in reference]
     for a, b in zip(ours, reference, strict=True):
         torch.testing.assert_close(a.logprobs, b.logprobs, rtol=0, atol=1e-5)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragen.config import BACKENDS
+from ragen.config import BACKENDS, SamplingAttention
+from ragen.rollout.attention import use_decode_attention
 from ragen.rollout.generator import CachedGenerator, Generator, NaiveGenerator, Stopper, eos_ids
 
 
@@ -16,15 +17,20 @@ def make_generator(
     *,
     stop_strings: Sequence[str] = ("</answer>",),
     max_batch: int | None = None,
+    attention: SamplingAttention = "ragen",
 ) -> Generator:
     """Build the backend ``name`` (one of ``BACKENDS``) over a transformers causal LM.
 
     ``max_batch`` caps the rows decoded together; None picks it from free memory per call
-    (vLLM: its own scheduler's default).
+    (vLLM: its own scheduler's default). ``attention`` is ``model.attention``: "ragen" gives
+    the model of the hf and naive backends ragen's decode attention (``rollout/attention.py``),
+    "sdpa" leaves it as loaded.
     """
     if max_batch is not None and max_batch < 1:
         raise ValueError(f"max_batch must be a positive number of rows, got {max_batch}")
     stopper = Stopper(tokenizer, eos_ids(model, tokenizer), stop_strings)
+    if name in ("hf", "naive") and attention == "ragen":
+        use_decode_attention(model)
     if name == "hf":
         return CachedGenerator(model, stopper, max_batch)
     if name == "naive":

@@ -32,7 +32,6 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ragen import phases
 from ragen.kv_keyword import cache_keyword, cache_kwarg
-from ragen.rollout.attention import use_decode_attention
 from ragen.rollout.sampling import choose, row_generators
 from ragen.sysmem import available_memory
 
@@ -385,7 +384,6 @@ class CachedGenerator:
     """The fast path: shared group prefill, KV caches kept per episode, shrinking batches."""
 
     def __init__(self, model, stopper: Stopper, max_batch: int | None = None):
-        use_decode_attention(model)
         self.model, self.stopper, self.max_batch = model, stopper, max_batch
         self.pad = _pad_id(model, stopper)
         self.stats = GenerationStats()

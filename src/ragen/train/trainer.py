@@ -164,7 +164,10 @@ class Trainer:
         self.m = self.build()
         self.sampler = GenerationWeights(self.m.policy, self._generation_dtype())
         self.generator = make_generator(
-            config.rollout.backend, self.sampler.model, self.m.tokenizer
+            config.rollout.backend,
+            self.sampler.model,
+            self.m.tokenizer,
+            attention=config.model.attention,
         )
         self.spec = RolloutSpec.from_config(config.rollout)
         watch = config.monitor.enabled and self.watched
