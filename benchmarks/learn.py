@@ -24,12 +24,14 @@ seeds, the temperature, torch and its thread count. ``--base-from RUN_DIR`` take
 run's base evaluation instead of measuring it again, and refuses one whose fingerprint
 differs: on the same machine the same fingerprint gives the same episodes.
 
-``--resume RUN_DIR`` continues an RL run that learn.py made and that ended by its budget: the
-trainer resumes from the last checkpoint (exactly, as ``ragen train --resume``) for another
-``--minutes``, then the final evaluation is measured again (``RUN_DIR/eval-step_NNNNNN/``) and
-compared with the run's own base evaluation. The result counts every step and every minute
-of training since the base evaluation; it is written under ``--name`` (give a new one, so the
-shorter run's result stays).
+``--resume RUN_DIR`` continues a run that learn.py made, whether it ended by its budget or
+died while training (a crash, a kill: ``RUN_DIR/learn.json`` says so from the moment
+training starts): the trainer resumes from the last checkpoint (exactly, as ``ragen train
+--resume``) for another ``--minutes``, then the final evaluation is measured again
+(``RUN_DIR/eval-step_NNNNNN/``) and compared with the run's own base evaluation. The result
+counts every step and every minute of training since the base evaluation, a dead run's up to
+its last logged step; it is written under ``--name`` (give a new one, so the shorter run's
+result stays).
 """
 
 from __future__ import annotations
@@ -207,6 +209,8 @@ def load_resume(
         raise SystemExit(f"--resume: {root} holds no {RESULT_FILE}: no learn.py run") from None
     except (OSError, ValueError, TypeError) as err:
         raise SystemExit(f"--resume: {root / RESULT_FILE} is unreadable ({err})") from None
+    if isinstance(before.get("training_started"), float | int):
+        before["train_minutes"] += minutes_trained_since(run, before["training_started"])
     saved = config.load(str(run.config))
     cfg = config.load(str(run.config), overrides)
     check_resume(run, saved, cfg, sft=before.get("training") == "sft")
@@ -215,6 +219,29 @@ def load_resume(
         root, eval_fingerprint(cfg, n, temperature), ignore=("source_sha256",), fix=fix
     )
     return cfg, run, base, before
+
+
+def unfinished_record(args: argparse.Namespace, before: dict | None, started_at: float) -> dict:
+    """What ``learn.json`` holds while the run trains: enough for ``--resume`` to continue a
+    run that crashed or was killed, and to count the minutes it trained before it died (from
+    ``started_at``, a Unix time, to its last logged step)."""
+    return {
+        "preset": args.preset,
+        "training": "sft" if args.sft else "rl",
+        "command": shown_command(args),
+        "steps": before["steps"] if before else 0,
+        "train_minutes": before["train_minutes"] if before else 0.0,
+        "final": None,
+        "stopped": "training did not end (crashed or killed); --resume continues it",
+        "training_started": started_at,
+    }
+
+
+def minutes_trained_since(run: RunDir, started_at: float) -> float:
+    """Minutes from ``started_at`` (Unix time) to the last step logged after it."""
+    times = [r["time"] for r in read_jsonl(run.metrics).records if isinstance(r.get("time"), float)]
+    last = max((t for t in times if t >= started_at), default=started_at)
+    return (last - started_at) / 60
 
 
 def change(before: float, after: float, n: int) -> dict[str, float | None]:
@@ -382,6 +409,8 @@ def main(argv: list[str] | None = None) -> None:
         fingerprint = eval_fingerprint(cfg, args.eval_n, args.temperature)
         saved = {"fingerprint": fingerprint, "base": base}
         write_atomic(run.root / BASE_FILE, json.dumps(saved, indent=2) + "\n")
+    record = unfinished_record(args, before, time.time())
+    write_atomic(run.root / RESULT_FILE, json.dumps(record, indent=2) + "\n")
     started = time.perf_counter()
     stopped = None
     try:

@@ -202,6 +202,35 @@ def test_a_resumed_run_counts_every_step_and_minute_against_its_own_base(
     assert (tmp_path / "docs" / "learn-longer" / "summary.md").is_file()
 
 
+def test_a_run_that_dies_while_training_is_resumed_with_the_minutes_it_trained(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
+    train = Trainer.train
+
+    def one_step_then_die(self):  # what a kill or a full disk looks like from learn.py
+        train(self)
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(learn.Trainer, "train", one_step_then_die)
+    run = tmp_path / "run"
+    with pytest.raises(OSError):
+        learn.main(["sokoban", *TINY_RUN, "trainer.steps=1", "--eval-n", "2", "--out", str(run)])
+    died = json.loads((run / learn.RESULT_FILE).read_text())
+    assert died["final"] is None and died["steps"] == 0 and died["train_minutes"] == 0.0
+    assert died["stopped"].startswith("training did not end")
+    (logged,) = read_jsonl(run / "metrics.jsonl").records
+    trained = (logged["time"] - died["training_started"]) / 60
+    assert trained > 0
+    monkeypatch.setattr(learn.Trainer, "train", train)
+    learn.main(["--resume", str(run), "trainer.steps=2", "--eval-n", "2", "--name", "again"])
+    result = json.loads((tmp_path / "results" / "learn_again.json").read_text())
+    assert result["steps"] == 2 and result["resumed"]["train_minutes"] == pytest.approx(trained)
+    assert result["train_minutes"] > trained and result["final"]["sokoban"]["episodes"] == 2
+    assert json.loads((run / learn.RESULT_FILE).read_text()) == result
+
+
 @pytest.mark.parametrize(
     ("argv", "why"),
     [
