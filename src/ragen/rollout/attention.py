@@ -3,13 +3,12 @@
 When a decode step's rows all have the same length, transformers passes no mask and asks
 ``scaled_dot_product_attention`` for ``enable_gqa``; with a mask it folds each key/value
 head's query heads into one row of queries instead (its ``pack_gqa``). On the CPU the
-first runs 6× slower than the second on the same cache: 27.5 against 4.2 ms a layer at 20
-rows × 1,323 keys of SmolLM2-135M (9 query heads over 3 key/value heads, bf16, one thread;
-``python benchmarks/attention.py``). Evaluations start with every row at the same length
-(one level's prompt has as many tokens as another's), so their first turn decoded on the slow
-kernel. :data:`NAME` is transformers' own SDPA attention except that a single new token of a
-grouped-query model always takes the folded form, with or without a mask; every other call
-(prefill, training forwards) is passed through unchanged.
+first is several times slower than the second on the same cache (SmolLM2-135M: 9 query heads
+over 3 key/value heads; ``python benchmarks/attention.py`` measures both). Spaced grids give
+every level's first prompt the same number of tokens, so whole turns of rollouts and
+evaluations decoded on the slow kernel. :data:`NAME` is transformers' own SDPA attention
+except that a single new token of a grouped-query model always takes the folded form, with or
+without a mask; every other call (prefill, training forwards) is passed through unchanged.
 """
 
 from __future__ import annotations
