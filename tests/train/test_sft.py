@@ -2,6 +2,7 @@
 resume, and RL started from its checkpoint."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -46,19 +47,42 @@ def _nll_by_hand(model, batch) -> float:
 
 def test_supervised_loss_is_the_token_mean_nll_of_the_replies_for_any_micro_batch():
     updated = []
-    for micro in (1, 3):
+    # the opening once for the batch, or once per micro-batch: the same step either way
+    for micro, share in ((1, False), (3, False), (1, True), (2, True)):
         model, tokenizer = models.load_policy("tiny", dtype="float32", seed=0)
         batch = _batch(tokenizer)
         expected = _nll_by_hand(model, batch)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        metrics = supervised_update(model, optimizer, batch, micro_batch_size=micro, grad_clip=1e9)
+        metrics = supervised_update(
+            model, optimizer, batch, micro_batch_size=micro, grad_clip=1e9, share_opening=share
+        )
         assert metrics["sft/loss"] == pytest.approx(expected, rel=1e-5)
         assert metrics["sft/reply_tokens"] == float(batch.loss_mask.sum())
         assert metrics["sft/skipped"] == 0.0
         assert _nll_by_hand(model, batch) < expected  # one SGD step lowers the loss
         updated.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     # micro-batches accumulate to the whole batch's gradient
-    assert torch.allclose(updated[0], updated[1], atol=1e-6)
+    for other in updated[1:]:
+        assert torch.allclose(updated[0], other, atol=1e-6)
+
+
+def test_supervised_update_runs_its_forwards_under_autocast():
+    model, tokenizer = models.load_policy("tiny", dtype="float32", seed=0)
+    batch = _batch(tokenizer)
+    expected = _nll_by_hand(model, batch)
+    seen: list[torch.dtype] = []
+    mlp = model.get_decoder().layers[0].mlp.down_proj
+    hook = mlp.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    metrics = supervised_update(
+        model, optimizer, batch, micro_batch_size=2, grad_clip=1e9, autocast_dtype=torch.bfloat16
+    )
+    hook.remove()
+    # the opening's forward, then one per micro-batch of 2 rows, every one in bf16
+    assert seen == [torch.bfloat16] * (1 + math.ceil(len(batch.input_ids) / 2))
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the master weights
+    assert metrics["sft/loss"] == pytest.approx(expected, rel=2e-2)  # bf16 rounding only
+    assert _nll_by_hand(model, batch) < expected
 
 
 def test_non_finite_gradient_skips_the_step():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 
 import torch
 
@@ -24,7 +25,7 @@ from ragen.config import ConfigError
 from ragen.monitor.metrics_logger import MetricsLogger
 from ragen.rollout.expert import expert_dialogues, expert_seeds
 from ragen.rollout.trajectory import Batch, Trajectory, collate
-from ragen.train.forward import token_logprobs
+from ragen.train.forward import SharedOpening, token_logprobs
 from ragen.train.trainer import Models, Trainer, adamw, load_master_policy
 
 # With keep=solved, levels tried per step at most this many times sft.dialogues: the
@@ -39,6 +40,8 @@ def supervised_update(
     *,
     micro_batch_size: int,
     grad_clip: float,
+    autocast_dtype: torch.dtype | None = None,
+    share_opening: bool = True,
 ) -> dict[str, float]:
     """One optimiser step on the token-mean NLL of ``batch``'s reply tokens.
 
@@ -46,26 +49,46 @@ def supervised_update(
     are scored. Micro-batches of ``micro_batch_size`` rows accumulate gradients, each scaled
     by the batch's total reply tokens, so the step equals one pass over the whole batch. A
     non-finite gradient norm skips the step (the weights stay as they were).
+
+    ``autocast_dtype``: the forwards run under autocast to it (trainer.update_dtype; None:
+    in the weights' dtype), as the RL update's do. ``share_opening``: the opening every row
+    shares runs once for the whole batch and its backward once after the last micro-batch
+    (trainer.prefix_sharing=mini_batch, ``SharedOpening``), instead of once per micro-batch.
     """
     device = next(policy.parameters()).device
     tokens = float(batch.loss_mask.sum())
     if tokens == 0:
         raise ValueError("a supervised batch needs reply tokens to train on")
     policy.train()
+    autocast = (
+        nullcontext()
+        if autocast_dtype is None
+        else torch.autocast(device.type, dtype=autocast_dtype)
+    )
+    opening = None
+    if share_opening:
+        with autocast:
+            opening = SharedOpening(
+                policy.get_decoder(), batch.input_ids.to(device), batch.attention_mask.to(device)
+            )
     total = 0.0
     for start in range(0, len(batch.input_ids), micro_batch_size):
         rows = slice(start, start + micro_batch_size)
         loss_mask = batch.loss_mask[rows].to(device)
-        logp, _ = token_logprobs(
-            policy,
-            batch.input_ids[rows].to(device),
-            batch.attention_mask[rows].to(device),
-            loss_mask,
-            with_entropy=False,
-        )
-        nll = -(logp * loss_mask).sum()
+        with autocast:
+            logp, _ = token_logprobs(
+                policy,
+                batch.input_ids[rows].to(device),
+                batch.attention_mask[rows].to(device),
+                loss_mask,
+                with_entropy=False,
+                opening=opening,
+            )
+            nll = -(logp * loss_mask).sum()
         (nll / tokens).backward()
         total += float(nll.detach())
+    if opening is not None:
+        opening.backward()
     params = [p for p in policy.parameters() if p.requires_grad]
     norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
     skipped = not math.isfinite(norm)
@@ -161,6 +184,8 @@ class SftTrainer(Trainer):
                 batch,
                 micro_batch_size=c.sft.micro_batch_size,
                 grad_clip=c.trainer.grad_clip,
+                autocast_dtype=self._autocast_dtype(),
+                share_opening=c.trainer.prefix_sharing == "mini_batch",
             )
         )
         metrics["time/update_s"] = time.perf_counter() - started
