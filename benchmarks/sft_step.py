@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from measure import add_counts, chunk_counts, flops, machine, matmul_peak, model_shape
-from ragen import config, metric_names, models
+from ragen import config, metric_names
 from ragen.monitor.rundir import RunDir
 from ragen.rollout.trajectory import collate
 from ragen.train.forward import shared_prefix_length
@@ -169,7 +169,6 @@ def main() -> None:
     report = {
         "command": " ".join(words),
         "machine": desc,
-        "bf16_native": models.bf16_supported(),
         "preset": args.preset,
         "old_s": old["update_s"],
         "new_s": new["update_s"],

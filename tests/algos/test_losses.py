@@ -109,6 +109,18 @@ def test_value_loss_hand_computed():
     assert float(stats["values_mean"]) == pytest.approx(2.9 / 3)
 
 
+def test_value_loss_inside_the_clip_band_is_the_unclipped_loss_and_never_counted_clipped():
+    # old + (V - old) is not V in float32 (0.1 + (0.3 - 0.1) rounds away from 0.3): the
+    # clipped term must be V itself inside the band, or ties turn into clip counts by rounding.
+    values = torch.tensor([[0.3, 1e-8, 7.123457, -2.5]])
+    old = torch.tensor([[0.1, 0.7, 7.0, -2.4]])
+    returns = torch.tensor([[0.9, -0.2, 3.3, 1.0]])
+    mask = torch.ones(1, 4)
+    loss, stats = losses.value_loss(values, old, returns, mask, 1.0)
+    assert torch.equal(loss, 0.5 * (values - returns).square())
+    assert float(stats["vf_clipfrac"]) == 0.0
+
+
 def test_explained_variance():
     returns = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
     mask = torch.tensor([[1.0, 1, 1, 0]])

@@ -84,9 +84,9 @@ METRIC_ATOL = 1e-5
 # collapse/mi_estimate (a difference of log-likelihoods of about 60 nats) by 3.2e-4. A wrong
 # gradient sum, or a rank's share missing from a metric, moves them by tens of percent.
 RUN_METRIC_TOL = 1e-3
-# Clip fractions count tokens on one side of a comparison; a token where the two sides tie
-# to float precision (the first mini-batch, where new and old values are equal) may land on
-# either. One token of the 2 epochs x 4 episodes x 6 reply tokens counted:
+# Clip fractions count tokens past a threshold (a ratio beyond its clip range, a value more
+# than the clip from its old one); a token within float rounding of it may land on either
+# side. One token of the 2 epochs x 4 episodes x 6 reply tokens counted:
 ONE_TOKEN = 1 / 48
 
 

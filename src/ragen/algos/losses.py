@@ -144,17 +144,20 @@ def value_loss(
     Returns:
         per_token (B, T), 0 off the mask:
         ``0.5 * max((V - R)**2, (old + clip(V - old, -clip, clip) - R)**2)``;
-        stats: ``vf_clipfrac`` (share of masked tokens where the clipped term is the larger),
-        ``values_mean`` and ``returns_mean`` over masked tokens.
+        stats: ``vf_clipfrac`` (share of masked tokens where the clip is active and the
+        clipped term is the larger), ``values_mean`` and ``returns_mean`` over masked tokens.
     """
     on = mask != 0
-    clipped_values = old_values + (values - old_values).clamp(-clip, clip)
+    # Clamped to the band, not old + clamp(V - old): inside the band the clipped value is V
+    # itself, bit for bit, so the two terms tie exactly instead of by float rounding.
+    clipped_values = torch.clamp(values, old_values - clip, old_values + clip)
     unclipped = (values - returns).square()
     clipped = (clipped_values - returns).square()
     loss = torch.where(on, 0.5 * torch.maximum(unclipped, clipped), 0.0)
     with torch.no_grad():
+        active = (values - old_values).abs() > clip
         stats = {
-            "vf_clipfrac": _stat(masked_mean((clipped > unclipped).float(), mask)),
+            "vf_clipfrac": _stat(masked_mean((active & (clipped > unclipped)).float(), mask)),
             "values_mean": _stat(masked_mean(values, mask)),
             "returns_mean": _stat(masked_mean(returns, mask)),
         }

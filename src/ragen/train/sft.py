@@ -34,7 +34,7 @@ MAX_LEVELS_PER_DIALOGUE = 8
 
 
 def supervised_update(
-    policy: torch.nn.Module,
+    policy,
     optimizer: torch.optim.Optimizer,
     batch: Batch,
     *,
@@ -43,7 +43,8 @@ def supervised_update(
     autocast_dtype: torch.dtype | None = None,
     share_opening: bool = True,
 ) -> dict[str, float]:
-    """One optimiser step on the token-mean NLL of ``batch``'s reply tokens.
+    """One optimiser step of ``policy`` (a causal LM, LoRA-wrapped or not) on the token-mean
+    NLL of ``batch``'s reply tokens.
 
     batch: (B, T) right-padded tensors from `collate`; only positions with ``loss_mask`` 1
     are scored. Micro-batches of ``micro_batch_size`` rows accumulate gradients, each scaled
