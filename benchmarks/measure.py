@@ -177,6 +177,19 @@ def chunk_counts(
     }
 
 
+def opening_counts(tokens: int) -> dict:
+    """The counts of an opening run once for its mini-batch (or SFT step): ``tokens`` of one
+    row, nothing scored (its tokens count as useful in the rows that continue from it)."""
+    zero = dict.fromkeys(("rows", "useful_tokens", "padding_tokens", "head_positions"), 0)
+    return {
+        **zero,
+        "attn_useful": 0,
+        "computed_tokens": tokens,
+        "shared_prefix": tokens,
+        "attn_computed": positions_sum(0, tokens),
+    }
+
+
 def add_counts(parts: list[dict]) -> dict:
     total = {k: sum(p[k] for p in parts) for k in parts[0] if k != "shared_prefix"}
     total["micro_batches"] = sum(1 for p in parts if p["rows"])  # not the openings

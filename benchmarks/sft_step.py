@@ -28,10 +28,17 @@ from pathlib import Path
 
 import torch
 
-from measure import add_counts, chunk_counts, flops, machine, matmul_peak, model_shape
+from measure import (
+    add_counts,
+    chunk_counts,
+    flops,
+    machine,
+    matmul_peak,
+    model_shape,
+    opening_counts,
+)
 from ragen import config, metric_names
 from ragen.monitor.rundir import RunDir
-from ragen.rollout.trajectory import collate
 from ragen.train.forward import shared_prefix_length
 from ragen.train.sft import SftTrainer
 
@@ -48,16 +55,13 @@ QUIET = [
 def step_counts(trainer: SftTrainer, step: int) -> dict:
     """Token counts of ``step``'s update as the trainer's settings compute it: the batch's
     shared opening once per step (prefix_sharing=mini_batch) or once per micro-batch."""
-    dialogues, _ = trainer.dialogues(step)
-    by_length = sorted(dialogues, key=lambda d: len(d.token_ids))
-    batch = collate(by_length, trainer.m.tokenizer.pad_token_id)
+    batch = trainer.batch(trainer.dialogues(step)[0])
     ids, mask, loss = batch.input_ids, batch.attention_mask, batch.loss_mask
     opening = None
     parts = []
     if trainer.config.trainer.prefix_sharing == "mini_batch":
         opening = shared_prefix_length(ids, mask)
-        parts.append(chunk_counts(ids[:1, :opening], mask[:1, :opening], loss[:1, :opening], 0))
-        parts[0]["rows"] = 0  # the opening is no micro-batch
+        parts.append(opening_counts(opening))
     micro = trainer.config.sft.micro_batch_size
     for start in range(0, len(ids), micro):
         rows = slice(start, start + micro)

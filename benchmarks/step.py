@@ -43,6 +43,7 @@ from measure import (
     machine,
     matmul_peak,
     model_shape,
+    opening_counts,
     positions_sum,
     update_minis,
 )
@@ -103,18 +104,6 @@ def rollout_counts(trajectories: list[Trajectory], generated: dict) -> dict:
         "requests": requests,
         "decode_attn": decode_attn,
         "prefill_attn": round(context_attn * share),
-    }
-
-
-def opening_counts(tokens: int) -> dict:
-    """The counts of a mini-batch's opening run once: ``tokens`` of one row, nothing scored."""
-    zero = dict.fromkeys(("rows", "useful_tokens", "padding_tokens", "head_positions"), 0)
-    return {
-        **zero,
-        "attn_useful": 0,
-        "computed_tokens": tokens,
-        "shared_prefix": tokens,
-        "attn_computed": positions_sum(0, tokens),
     }
 
 

@@ -143,7 +143,7 @@ def value_loss(
 
     Returns:
         per_token (B, T), 0 off the mask:
-        ``0.5 * max((V - R)**2, (old + clip(V - old, -clip, clip) - R)**2)``;
+        ``0.5 * max((V - R)**2, (clip(V, old - clip, old + clip) - R)**2)``;
         stats: ``vf_clipfrac`` (share of masked tokens where the clip is active and the
         clipped term is the larger), ``values_mean`` and ``returns_mean`` over masked tokens.
     """

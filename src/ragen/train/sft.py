@@ -162,6 +162,12 @@ class SftTrainer(Trainer):
             dialogue.group = number
         return kept, played
 
+    def batch(self, dialogues: list[Trajectory]) -> Batch:
+        """The step's dialogues as one right-padded batch, shortest first: rows of similar
+        length share a micro-batch, so less padding is computed."""
+        by_length = sorted(dialogues, key=lambda d: len(d.token_ids))
+        return collate(by_length, self.m.tokenizer.pad_token_id)
+
     def step(self, step: int, log: MetricsLogger | None) -> dict[str, float]:
         c = self.config
         started = time.perf_counter()
@@ -175,9 +181,7 @@ class SftTrainer(Trainer):
             "sft/lr": c.sft.lr,
         }
         started = time.perf_counter()
-        # Rows of similar length share a pass: less padding to compute.
-        by_length = sorted(dialogues, key=lambda d: len(d.token_ids))
-        batch = collate(by_length, self.m.tokenizer.pad_token_id)
+        batch = self.batch(dialogues)
         metrics.update(
             supervised_update(
                 self.m.policy,
