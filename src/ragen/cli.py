@@ -486,6 +486,14 @@ def _add_run_commands(commands) -> None:
     p.set_defaults(func=view_command.run)
 
 
+def _add_study_command(commands) -> None:
+    from ragen.study import command as study_command
+
+    p = _command(commands, "study", study_command.SUMMARY)
+    study_command.add_arguments(p)
+    p.set_defaults(func=study_command.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ragen", description="Train LLM agents with multi-turn RL (StarPO / StarPO-S)."
@@ -499,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_command(commands)
     _add_env_commands(commands)
     _add_run_commands(commands)
+    _add_study_command(commands)
     return parser
 
 

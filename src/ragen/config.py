@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
+
+_T = TypeVar("_T")
 
 PRESET_SUFFIX = ".yaml"
 _MAX_EXTENDS_DEPTH = 8
@@ -528,14 +530,14 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if origin is list:
         if not isinstance(value, list):
             raise bad
-        return [_coerce(get_args(tp)[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_coerce_item(get_args(tp)[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad
         kind = get_args(tp)[1]
         if kind is Any:
             return dict(value)
-        return {k: _coerce(kind, v, f"{key}.{k}") for k, v in value.items()}
+        return {k: _coerce_item(kind, v, f"{key}.{k}") for k, v in value.items()}
     if tp is float:
         return _as_float(value, bad)
     check = _scalar_check(tp)
@@ -544,6 +546,13 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if not check(value):
         raise bad
     return value
+
+
+def _coerce_item(tp: Any, value: Any, key: str) -> Any:
+    """An item of a list or mapping: a dataclass is built as a section is, else coerced."""
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _build(tp, value, f"{key}.")
+    return _coerce(tp, value, key)
 
 
 def _as_float(value: Any, bad: ConfigError) -> float:
@@ -591,6 +600,16 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
     return cls(**kwargs)
 
 
+def build_schema(cls: type[_T], data: Any) -> _T:
+    """An instance of the schema dataclass ``cls`` (fields made with ``opt``) from plain
+    ``data``, judged as a config is: unknown keys refused with the closest name, types and
+    ranges checked; lists and mappings of dataclasses are built item by item. Raises
+    ConfigError naming the key."""
+    built = _build(cls, data, "")
+    _check_ranges(built)
+    return built
+
+
 def _check_ranges(obj: Any, prefix: str = "") -> None:
     ops = {
         "ge": (lambda v, b: v >= b, ">="),
@@ -602,6 +621,13 @@ def _check_ranges(obj: Any, prefix: str = "") -> None:
         value, key = getattr(obj, f.name), f"{prefix}{f.name}"
         if dataclasses.is_dataclass(value):
             _check_ranges(value, f"{key}.")
+            continue
+        if isinstance(value, list | dict):  # lists and mappings of dataclasses
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for at, item in items:
+                if dataclasses.is_dataclass(item):
+                    inner = f"{key}[{at}]." if isinstance(value, list) else f"{key}.{at}."
+                    _check_ranges(item, inner)
             continue
         if value is None:
             continue

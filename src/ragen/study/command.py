@@ -1,0 +1,111 @@
+"""The ``ragen study`` command: list the shipped studies, plan one, or run it.
+
+    ragen study list
+    ragen study NAME|FILE [--scale cpu|paper] [--seeds K] [--out DIR] [--plan]
+
+The default ``--out`` is fixed by the study and scale (``runs/study-NAME-SCALE``), so running
+the same command again after a kill continues the study where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from ragen.study.spec import (
+    DEFAULT_SCALE,
+    MAX_SEEDS,
+    SCALES,
+    check_planned,
+    load_study,
+    plan,
+    study_dir,
+    study_names,
+    study_path,
+    summary_line,
+)
+
+SUMMARY = "run one of the paper's findings as a study: its runs, one report, a table"
+EXIT_FAIL = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "name", metavar="NAME", help="a shipped study (`ragen study list`), a .yaml file, or list"
+    )
+    parser.add_argument(
+        "--scale",
+        choices=SCALES,
+        default=DEFAULT_SCALE,
+        help="cpu: the embedded model on this machine (default); paper: the paper's presets",
+    )
+    parser.add_argument(
+        "--seeds", type=_seeds, help="seeds per run (default: the study's, for the scale)"
+    )
+    parser.add_argument(
+        "--out", help="study folder (default: runs/study-NAME-SCALE; the same one resumes)"
+    )
+    parser.add_argument(
+        "--plan", action="store_true", help="print the runs' commands and stop; nothing runs"
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="dotted overrides of every run, after the study's (e.g. model.spec=DIR)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """List, plan or run a study. Bad input raises ConfigError or RunDirError (the caller
+    prints it and exits 2); a run that fails ends the study with exit status 1."""
+    from ragen.study.runner import StudyError, run_all, train_command
+
+    if args.name == "list":
+        return _list()
+    study = load_study(args.name)  # every run's config judged before anything runs
+    key = study_path(args.name).stem
+    seeds = args.seeds or study.scales[args.scale].seeds
+    out = Path(args.out) if args.out else Path("runs") / f"study-{key}-{args.scale}"
+    planned = plan(study, args.scale, seeds, out, tuple(args.overrides))
+    if args.overrides:
+        check_planned(planned, args.scale)  # the study's own were judged as it loaded
+    if args.plan:
+        for p in planned:
+            print(shlex.join(["ragen", *train_command(p, resume=False)]))
+        print(f"{len(planned)} runs of {key} at scale {args.scale} in {out}")
+        return 0
+    try:
+        state = run_all(planned, out, study=key, scale=args.scale)
+    except StudyError as err:
+        print(f"ragen: {err}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        where = f"--scale {args.scale} --seeds {seeds} --out {out}"
+        again = shlex.join(["ragen", "study", args.name, *where.split(), *args.overrides])
+        print(f"interrupted; continue with: {again}", file=sys.stderr)
+        return 130
+    from ragen.study.outputs import write_outputs  # matplotlib loads only now
+
+    written = write_outputs(study, args.scale, planned, state, out)
+    for path in written.files:
+        print(path)
+    print()
+    print(written.table, end="")
+    return 0
+
+
+def _list() -> int:
+    names = study_names()
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {summary_line(study_dir() / f'{name}.yaml')}")
+    return 0
+
+
+def _seeds(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"{text} is not a seed count from 1 to {MAX_SEEDS}")
+    return value

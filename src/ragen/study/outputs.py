@@ -1,0 +1,73 @@
+"""What a finished study writes: the overlaid report of all its runs, the collapse-aligned
+plot when the study asks for one, its table (table.md) and its figures (results.json)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragen.monitor.jsonl import to_json_line, write_atomic
+from ragen.monitor.report import DEFAULT_SMOOTHING, load_run, write_report
+from ragen.study.aligned import write_aligned
+from ragen.study.runner import StudyState
+from ragen.study.spec import PlannedRun, Study, expectations_at
+from ragen.study.table import (
+    RowResult,
+    judge,
+    over_seeds,
+    results_record,
+    seed_result,
+    table_markdown,
+)
+
+REPORT_DIR = "report"
+TABLE_FILE = "table.md"
+RESULTS_FILE = "results.json"
+
+
+@dataclass(frozen=True)
+class StudyOutputs:
+    files: list[Path]
+    table: str
+
+
+def rows_of(study: Study, planned: list[PlannedRun], state: StudyState) -> list[RowResult]:
+    """Each study run's figures over its planned seeds, in the study file's order."""
+    rows = []
+    for run in study.runs:
+        mine = [p for p in planned if p.name == run.name]
+        if not mine:  # not part of this scale
+            continue
+        seeds = [seed_result(load_run(p.root), p.seed, study, state.minutes(p)) for p in mine]
+        rows.append(
+            RowResult(
+                name=run.name,
+                preset=mine[0].preset,
+                seeds=seeds,
+                end=over_seeds([s.end for s in seeds]),
+                start=over_seeds([s.start for s in seeds]),
+                paper=run.paper,
+                columns={c: over_seeds([s.columns[c] for s in seeds]) for c in study.columns},
+            )
+        )
+    return rows
+
+
+def write_outputs(
+    study: Study, scale: str, planned: list[PlannedRun], state: StudyState, out: Path
+) -> StudyOutputs:
+    """Write the report, table.md and results.json of a study whose runs have all ended."""
+    report = write_report([p.root for p in planned], out / REPORT_DIR)
+    files = list(report.files)
+    if study.align_on_collapse:
+        runs = [load_run(p.root) for p in planned]
+        if (path := write_aligned(runs, out / REPORT_DIR, DEFAULT_SMOOTHING)) is not None:
+            files.append(path)
+    rows = rows_of(study, planned, state)
+    by_name = {row.name: row for row in rows}
+    verdicts = [judge(want, by_name) for want in expectations_at(study, scale)]
+    table = table_markdown(study, scale, rows, verdicts)
+    write_atomic(out / TABLE_FILE, table)
+    record = results_record(study, scale, rows, verdicts)
+    write_atomic(out / RESULTS_FILE, to_json_line(record) + "\n")  # an infinite z as null
+    return StudyOutputs([*files, out / TABLE_FILE, out / RESULTS_FILE], table)

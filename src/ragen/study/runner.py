@@ -1,0 +1,163 @@
+"""Running a study: its ``ragen train`` runs one after the other, resumable at any point.
+
+``OUT/study.json`` records each run as it starts and ends. A study run again with the same
+``--out`` skips the runs it finished, continues the one it was in from that run's last
+checkpoint (`ragen train --resume`), and starts the rest; a run folder left with no
+checkpoint is moved aside (``seed-K.incomplete-N``), never deleted. The settings of every
+recorded run must be the ones the study asks for now, or the study refuses: its figures
+would otherwise mix two configurations.
+
+Each run is its own process (`python -m ragen train`), so a run that dies (out of memory,
+a bad level) takes nothing else with it, and the study stops at it, saying how to go on.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ragen.monitor.jsonl import write_atomic
+from ragen.monitor.rundir import RunDir
+from ragen.monitor.runlock import hold
+from ragen.study.spec import PlannedRun
+from ragen.train.checkpoint import complete_checkpoints
+
+STATE_FILE = "study.json"
+Launch = Callable[[PlannedRun, bool], int]
+"""Runs one planned run (True: resume it from its checkpoint); returns its exit status."""
+
+
+class StudyError(RuntimeError):
+    """A study that cannot go on; the message says why and what to do."""
+
+
+def train_command(run: PlannedRun, resume: bool) -> list[str]:
+    """The `ragen train` argument list of ``run``: a new run, or the resume of its folder."""
+    if resume:
+        return ["train", "--resume", str(run.root)]
+    return ["train", run.preset, *run.overrides, "--out", str(run.root)]
+
+
+def launch_process(run: PlannedRun, resume: bool) -> int:
+    """Run ``run`` as its own process of this Python; its output goes to the terminal."""
+    command = [sys.executable, "-m", "ragen", *train_command(run, resume)]
+    return subprocess.run(command, check=False).returncode
+
+
+def _key(run: PlannedRun) -> str:
+    return f"{run.name}/seed-{run.seed}"
+
+
+class StudyState:
+    """``OUT/study.json``: the study, its scale, and each run's settings and status."""
+
+    def __init__(self, out: Path, study: str, scale: str) -> None:
+        self.path = out / STATE_FILE
+        self.data: dict = {"study": study, "scale": scale, "runs": {}}
+        if self.path.is_file():
+            self._read(study, scale)
+
+    def _read(self, study: str, scale: str) -> None:
+        try:
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            runs = saved["runs"]
+            if not isinstance(runs, dict):
+                raise TypeError("runs must be a mapping")
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise StudyError(
+                f"{self.path} is unreadable ({type(err).__name__}): it is the study's record "
+                "of its runs; restore it, or start the study again in a new --out"
+            ) from None
+        if (saved.get("study"), saved.get("scale")) != (study, scale):
+            raise StudyError(
+                f"{self.path.parent} holds the study {saved.get('study')!r} at scale "
+                f"{saved.get('scale')!r}, not {study!r} at {scale!r}: choose another --out"
+            )
+        self.data = saved
+
+    def check_settings(self, run: PlannedRun) -> None:
+        """Refuse a run recorded with other settings than the study gives it now."""
+        saved = self.data["runs"].get(_key(run))
+        if saved is None:
+            return
+        asked = {"preset": run.preset, "overrides": list(run.overrides)}
+        recorded = {"preset": saved.get("preset"), "overrides": saved.get("overrides")}
+        if recorded != asked:
+            raise StudyError(
+                f"{run.root} was run with {recorded}, but the study now asks for {asked}: "
+                "undo the change to the study file, or run it in a new --out"
+            )
+
+    def is_done(self, run: PlannedRun) -> bool:
+        return self.data["runs"].get(_key(run), {}).get("status") == "done"
+
+    def minutes(self, run: PlannedRun) -> float | None:
+        return self.data["runs"].get(_key(run), {}).get("minutes")
+
+    def mark(self, run: PlannedRun, status: str, **extra) -> None:
+        entry = self.data["runs"].setdefault(
+            _key(run), {"preset": run.preset, "overrides": list(run.overrides), "minutes": 0.0}
+        )
+        entry.update(status=status, at=datetime.now(UTC).isoformat(timespec="seconds"), **extra)
+        write_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
+
+
+def set_aside(root: Path) -> Path:
+    """Move a run folder that holds no checkpoint to ``NAME.incomplete-N`` (the first free
+    N): it has nothing to resume from, and its logs stay readable."""
+    n = 1
+    while (aside := root.with_name(f"{root.name}.incomplete-{n}")).exists():
+        n += 1
+    root.rename(aside)
+    return aside
+
+
+def run_all(
+    planned: list[PlannedRun],
+    out: Path,
+    *,
+    study: str,
+    scale: str,
+    launch: Launch = launch_process,
+    say: Callable[[str], None] = print,
+) -> StudyState:
+    """Run every planned run not yet done, in order; returns the state once all are.
+    Raises StudyError at the first run that fails, RunDirError if another process runs a
+    study in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    with hold(RunDir(out)):
+        state = StudyState(out, study, scale)
+        for run in planned:
+            state.check_settings(run)  # all refused before any run starts
+        for i, run in enumerate(planned, 1):
+            head = f"[study {i}/{len(planned)}] {run.label}"
+            if state.is_done(run):
+                say(f"{head}: done before, kept ({run.root})")
+                continue
+            resume = bool(complete_checkpoints(RunDir(run.root)))
+            if run.root.exists() and not resume:
+                say(f"{head}: {run.root} has no checkpoint; set aside as {set_aside(run.root)}")
+            say(f"{head}: {shlex.join(['ragen', *train_command(run, resume)])}")
+            before = state.minutes(run) or 0.0
+            state.mark(run, "running")
+            started = time.monotonic()
+            try:
+                status = launch(run, resume)
+            finally:
+                minutes = before + (time.monotonic() - started) / 60
+                state.mark(run, "running", minutes=round(minutes, 2))
+            if status != 0:
+                state.mark(run, "failed", exit_status=status)
+                raise StudyError(
+                    f"{run.label} ended with exit status {status} (its output is above); "
+                    "finished runs are kept: fix the cause and run the same `ragen study` "
+                    "command again to go on from this run"
+                )
+            state.mark(run, "done")
+    return state

@@ -1,0 +1,295 @@
+"""Study files: a finding of the paper as the runs that test it, read and judged strictly.
+
+A study file is YAML; its first comment line is the summary ``ragen study list`` shows::
+
+    # StarPO against StarPO-S on Bandit: which one collapses
+    title: StarPO against StarPO-S
+    finding: Multi-turn RL collapses; StarPO-S delays or removes the collapse.
+    paper: Fig. 5 and 9 (GRPO collapsed near step 20 on Bandit, PPO held to 100)
+    metric: rollout/success
+    tail: 3
+    scales:
+      cpu: {seeds: 2, overrides: [trainer.steps=12]}
+      paper: {preset_suffix: -gpu}
+    runs:
+      - {name: starpo, preset: bandit-starpo}
+      - {name: starpo-s, preset: bandit}
+    expect:
+      - {higher: starpo-s, lower: starpo}
+
+A run at scale S and seed k trains ``PRESET + S.preset_suffix`` with, in this order, the
+scale's overrides, the run's own, the run's overrides at that scale, the overrides given on
+the command line (``ragen study collapse --scale paper model.spec=/models/qwen``), and
+``trainer.seed=k``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ragen import config
+from ragen.config import ConfigError, opt
+
+STUDY_SUFFIX = ".yaml"
+SCALES = ("cpu", "paper")
+"""cpu: the embedded model on this machine's budget; paper: the paper's presets, on GPUs."""
+DEFAULT_SCALE = "cpu"
+RESERVED_NAMES = frozenset({"report", "list"})
+"""Names a run may not take: the study's own output folder (report) and subcommand (list)."""
+_RUN_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+MAX_SEEDS = 100
+
+
+@dataclass
+class StudyRun:
+    """One configuration of the study, trained once per seed."""
+
+    name: str
+    """Folder name of its runs (OUT/NAME/seed-K) and its row in the table."""
+    preset: str
+    """Preset trained (the scale's preset_suffix appended), or a .yaml path."""
+    overrides: list[str] = opt([])
+    """Dotted overrides of this run at every scale."""
+    scale_overrides: dict[str, list[str]] = opt({})
+    """Dotted overrides of this run at one scale only, by scale name (applied last)."""
+    paper: str | None = None
+    """The paper's figure for this run, as text (e.g. "21.48%"), set beside ours."""
+    at_scales: list[str] = opt([])
+    """The scales this run is part of; empty: every scale (a CPU study can be a subset)."""
+
+
+@dataclass
+class StudyScale:
+    """What a scale changes in every run."""
+
+    preset_suffix: str = ""
+    """Appended to every run's preset (paper: -gpu, the paper's settings)."""
+    overrides: list[str] = opt([])
+    """Dotted overrides of every run at this scale, before the run's own."""
+    seeds: int = opt(1, ge=1, le=MAX_SEEDS)
+    """Seeds per run unless --seeds says otherwise."""
+
+
+START = "@start"
+"""Suffix of a run name in an expectation that means the run's value before training."""
+
+
+@dataclass
+class Expectation:
+    """The paper's claim as a comparison: run ``higher`` ends above run ``lower``; a name
+    written ``RUN@start`` stands for that run before training (``{higher: ppo, lower:
+    ppo@start}``: training raised it)."""
+
+    higher: str
+    lower: str
+
+
+@dataclass
+class Study:
+    title: str
+    """What is compared, in a few words."""
+    finding: str
+    """The paper's claim that the study tests."""
+    paper: str
+    """Where the paper shows it, and its numbers in words."""
+    runs: list[StudyRun]
+    """The configurations compared."""
+    scales: dict[str, StudyScale]
+    """cpu (required) and paper: what each scale changes."""
+    metric: str = "rollout/success"
+    """Metric of the table and the expectations: its value at the end of each run, averaged
+    over the seeds."""
+    columns: list[str] = opt([])
+    """More metrics whose end values the table shows, one column each (e.g. the evaluation
+    of every env of the paper's Table 4)."""
+    tail: int = opt(1, ge=1, le=1000)
+    """Last logged values of the metric averaged into a run's end value (the train rollouts
+    of one step are a small sample: a tail of a few steps steadies them)."""
+    expect: list[Expectation] = opt([])
+    """The comparisons whose outcome says whether the finding reproduced."""
+    align_on_collapse: bool = False
+    """Also plot the warning signals against steps counted from each run's collapse."""
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One ``ragen train`` of a study: a run of the file at one seed."""
+
+    name: str
+    seed: int
+    preset: str
+    overrides: tuple[str, ...]
+    root: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} seed {self.seed}"
+
+
+def study_dir() -> Path:
+    """Folder of the study files shipped with the package."""
+    return Path(str(resources.files("ragen") / "studies"))
+
+
+def study_names() -> list[str]:
+    return sorted(p.stem for p in study_dir().glob(f"*{STUDY_SUFFIX}"))
+
+
+def study_path(name_or_path: str) -> Path:
+    """The file a study name or a path stands for."""
+    path = Path(name_or_path).expanduser()
+    if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not path.is_file():
+            raise ConfigError(f"study: no such study file {name_or_path}")
+        return path
+    shipped = study_dir() / f"{name_or_path}{STUDY_SUFFIX}"
+    if not shipped.is_file():
+        raise ConfigError(
+            f"study: unknown study {name_or_path!r}: use one of {', '.join(study_names())} "
+            "(`ragen study list`) or a path to a .yaml file"
+        )
+    return shipped
+
+
+def summary_line(path: Path) -> str:
+    """The file's first comment line: what ``ragen study list`` shows."""
+    first = path.read_text(encoding="utf-8").splitlines()[:1]
+    return first[0].lstrip("# ") if first and first[0].startswith("#") else ""
+
+
+def load_study(name_or_path: str) -> Study:
+    """Read and judge a study file: its schema, its names, and every run's config at every
+    scale it declares (each must pass the strict config as `ragen train` would take it).
+    Raises ConfigError in one line naming the file."""
+    path = study_path(name_or_path)
+    try:
+        study = config.build_schema(Study, config.read_yaml(path))
+        for run in study.runs:  # a preset file is named from the study file's folder
+            if _is_path(run.preset) and not Path(run.preset).expanduser().is_absolute():
+                run.preset = str(path.parent / run.preset)
+        check_study(study)
+    except ConfigError as err:
+        raise ConfigError(
+            f"study {path}: {str(err).removeprefix('config: ').removeprefix('study: ')}"
+        ) from None
+    return study
+
+
+def check_study(study: Study) -> None:
+    """Names, scales and expectations; then every run's config at every declared scale."""
+    if "cpu" not in study.scales:
+        raise ConfigError("scales must declare cpu (the scale this machine runs)")
+    unknown = sorted(set(study.scales) - set(SCALES))
+    if unknown:
+        raise ConfigError(f"unknown scale {unknown[0]!r}: scales are {', '.join(SCALES)}")
+    if not study.runs:
+        raise ConfigError("runs is empty: a study compares at least one run")
+    seen: set[str] = set()
+    for run in study.runs:
+        _check_run(run, seen, study.scales)
+        seen.add(run.name)
+    _check_expectations(study.expect, seen)
+    for scale in study.scales:
+        planned = plan(study, scale, 1, Path("."))
+        if not planned:
+            raise ConfigError(f"no run is at scale {scale}: drop the scale or add runs to it")
+        check_planned(planned, scale)
+
+
+def _check_run(run: StudyRun, seen: set[str], scales: dict[str, StudyScale]) -> None:
+    if not _RUN_NAME.fullmatch(run.name) or run.name in RESERVED_NAMES:
+        raise ConfigError(
+            f"run name {run.name!r} must be a folder name (a-z, 0-9, '.', '_', '-', at "
+            f"most 64) other than {', '.join(sorted(RESERVED_NAMES))}"
+        )
+    if run.name in seen:
+        raise ConfigError(f"two runs are named {run.name!r}: give each its own name")
+    for key, named in (("scale_overrides", run.scale_overrides), ("at_scales", run.at_scales)):
+        extra = sorted(set(named) - set(scales))
+        if extra:
+            raise ConfigError(f"run {run.name}: {key} names {extra[0]!r}, no scale here")
+    if any(o.partition("=")[0].strip() == "trainer.seed" for o in run.overrides):
+        raise ConfigError(f"run {run.name}: drop trainer.seed, the study sets the seeds")
+
+
+def _check_expectations(expect: list[Expectation], runs: set[str]) -> None:
+    """Every name an expectation compares is a run of the study (or its @start); at a
+    scale without one of its runs, an expectation is left out of that scale's table."""
+    for want in expect:
+        for name in (want.higher, want.lower):
+            if name.removesuffix(START) not in runs:
+                raise ConfigError(f"expect names {name!r}, which is no run of the study")
+
+
+def check_planned(planned: list[PlannedRun], scale: str) -> None:
+    """Every planned run's config passes the strict config, as `ragen train` will take it."""
+    for run in planned:
+        try:
+            config.load(run.preset, list(run.overrides))
+        except ConfigError as err:
+            raise ConfigError(
+                f"study: run {run.name} at scale {scale}: {str(err).removeprefix('config: ')}"
+            ) from None
+
+
+def _is_path(preset: str) -> bool:
+    return Path(preset).suffix in (".yaml", ".yml") or "/" in preset
+
+
+def with_suffix(preset: str, suffix: str) -> str:
+    """A preset name with the scale's suffix (sokoban → sokoban-gpu); for a file, the suffix
+    goes before its extension (mine.yaml → mine-gpu.yaml)."""
+    if not suffix or not _is_path(preset):
+        return f"{preset}{suffix}"
+    path = Path(preset)
+    return str(path.with_name(f"{path.stem}{suffix}{path.suffix}"))
+
+
+def runs_at(study: Study, scale: str) -> list[StudyRun]:
+    """The study's runs that are part of ``scale``."""
+    return [r for r in study.runs if not r.at_scales or scale in r.at_scales]
+
+
+def expectations_at(study: Study, scale: str) -> list[Expectation]:
+    """The expectations whose runs are all part of ``scale``."""
+    names = {r.name for r in runs_at(study, scale)}
+    compared = [
+        (w, {w.higher.removesuffix(START), w.lower.removesuffix(START)}) for w in study.expect
+    ]
+    return [want for want, runs in compared if runs <= names]
+
+
+def plan(
+    study: Study, scale: str, seeds: int, out: Path, overrides: tuple[str, ...] = ()
+) -> list[PlannedRun]:
+    """Every ``ragen train`` of the study at ``scale`` with ``seeds`` seeds, seed by seed
+    (all runs once before any twice, so a study cut short still compares every run);
+    ``overrides`` (the user's, e.g. model.spec) come after the study's own."""
+    if scale not in study.scales:
+        raise ConfigError(
+            f"study {study.title!r} has no {scale} scale: use {', '.join(study.scales)}"
+        )
+    at = study.scales[scale]
+    planned = []
+    for seed in range(seeds):
+        for run in runs_at(study, scale):
+            settings = (
+                *at.overrides,
+                *run.overrides,
+                *run.scale_overrides.get(scale, []),
+                *overrides,
+                f"trainer.seed={seed}",
+            )
+            planned.append(
+                PlannedRun(
+                    name=run.name,
+                    seed=seed,
+                    preset=with_suffix(run.preset, at.preset_suffix),
+                    overrides=settings,
+                    root=out / run.name / f"seed-{seed}",
+                )
+            )
+    return planned

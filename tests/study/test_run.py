@@ -1,0 +1,137 @@
+"""A study end to end with the tiny model: two short runs, the report, the table; a killed
+study resumed redoes nothing it finished, continues its run from the checkpoint, and
+refuses a changed plan."""
+
+import json
+
+import pytest
+
+from ragen.cli import main
+from ragen.monitor.jsonl import read_jsonl
+from ragen.study import outputs, runner, spec
+from ragen.train.trainer import Trainer
+
+TINY = (
+    "[model.spec=tiny, rollout.groups=4, rollout.group_size=2, trainer.mini_batch_size=4, "
+    "trainer.micro_batch_size=2, rollout.max_reply_tokens=6, logging.progress=false, "
+    "trainer.steps=2, trainer.eval_every=0, trainer.save_every=1, monitor.template_every=0]"
+)
+
+STUDY = f"""\
+# two tiny runs
+title: tiny
+finding: the filter keeps half
+paper: none
+metric: rollout/success
+columns: [filter/kept_groups]
+scales:
+  cpu: {{overrides: {TINY}}}
+runs:
+  - {{name: keep-all, preset: bandit, overrides: [algo.filter_ratio=1.0], paper: "1.0"}}
+  - {{name: keep-half, preset: bandit, overrides: [algo.filter_ratio=0.5]}}
+expect:
+  - {{higher: keep-all, lower: keep-half}}
+"""
+
+
+@pytest.fixture
+def study_file(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(STUDY)
+    return path
+
+
+def in_process(calls):
+    """A launcher that runs `ragen train` in this process, recording what it ran."""
+
+    def launch(run, resume):
+        calls.append((run.name, resume))
+        return main(runner.train_command(run, resume))
+
+    return launch
+
+
+def test_a_tiny_study_end_to_end(tmp_path, study_file, capsys):
+    out = tmp_path / "out"
+    assert main(["study", str(study_file), "--out", str(out)]) == 0  # runs as processes
+    printed = capsys.readouterr().out
+    for name in ("keep-all", "keep-half"):
+        records = read_jsonl(out / name / "seed-0" / "metrics.jsonl").records
+        assert [r["step"] for r in records] == [0, 1]
+    state = json.loads((out / runner.STATE_FILE).read_text())
+    assert {k: v["status"] for k, v in state["runs"].items()} == {
+        "keep-all/seed-0": "done",
+        "keep-half/seed-0": "done",
+    }
+    assert (out / "report" / "success.png").is_file() and (out / "report" / "summary.md").is_file()
+    result = json.loads((out / outputs.RESULTS_FILE).read_text())
+    kept = {}
+    for row in result["runs"]:
+        (seed,) = row["seeds"]
+        records = read_jsonl(out / row["name"] / "seed-0" / "metrics.jsonl").records
+        assert seed["end"]["value"] == records[-1]["rollout/success"]  # tail 1: the last step
+        assert seed["start"]["value"] == records[0]["rollout/success"]
+        kept[row["name"]] = row["columns"]["filter/kept_groups"]["mean"]
+    assert kept == {"keep-all": 4.0, "keep-half": 2.0}  # of 4 groups
+    (verdict,) = result["expect"]
+    assert verdict["outcome"].startswith("untested")  # one seed of a train metric: no error
+    table = (out / outputs.TABLE_FILE).read_text()
+    assert table in printed and "| keep-all | `bandit` | 1 |" in table
+
+
+def test_a_killed_study_resumes_without_redoing_what_it_finished(tmp_path, study_file, monkeypatch):
+    out = tmp_path / "out"
+    study = spec.load_study(str(study_file))
+    planned = spec.plan(study, "cpu", 1, out)
+    save = Trainer.maybe_checkpoint
+
+    def killed_after_first_checkpoint(self, step, last=False):
+        save(self, step, last)
+        if self.config.algo.filter_ratio == 0.5:
+            raise KeyboardInterrupt  # Ctrl-C in the second run, its step 1 saved
+
+    monkeypatch.setattr(Trainer, "maybe_checkpoint", killed_after_first_checkpoint)
+    calls = []
+    with pytest.raises(runner.StudyError, match="keep-half seed 0 ended with exit status 130"):
+        runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
+    assert calls == [("keep-all", False), ("keep-half", False)]
+    finished = (out / "keep-all" / "seed-0" / "metrics.jsonl").read_bytes()
+
+    monkeypatch.setattr(Trainer, "maybe_checkpoint", save)
+    calls.clear()
+    runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
+    assert calls == [("keep-half", True)]  # resumed from its checkpoint, keep-all kept
+    assert (out / "keep-all" / "seed-0" / "metrics.jsonl").read_bytes() == finished
+    resumed = read_jsonl(out / "keep-half" / "seed-0" / "metrics.jsonl").records
+    assert [r["step"] for r in resumed] == [0, 1]
+
+    calls.clear()
+    runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
+    assert calls == []  # all done: nothing runs again
+
+
+def test_a_run_folder_without_a_checkpoint_is_set_aside(tmp_path, study_file):
+    out = tmp_path / "out"
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)
+    stale = out / "keep-all" / "seed-0"
+    stale.mkdir(parents=True)
+    (stale / "metrics.jsonl").write_text('{"step": 0}\n')  # killed before its first save
+    calls = []
+    runner.run_all(planned[:1], out, study="tiny", scale="cpu", launch=in_process(calls))
+    assert calls == [("keep-all", False)]
+    aside = out / "keep-all" / "seed-0.incomplete-1"
+    assert (aside / "metrics.jsonl").read_text() == '{"step": 0}\n'
+    assert len(read_jsonl(stale / "metrics.jsonl").records) == 2
+
+
+def test_a_changed_plan_or_another_study_is_refused_before_anything_runs(tmp_path, study_file):
+    out = tmp_path / "out"
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)
+    calls = []
+    runner.run_all(planned[:1], out, study="tiny", scale="cpu", launch=in_process(calls))
+    changed = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out, ("algo.kl_coef=0.01",))
+    with pytest.raises(runner.StudyError, match="but the study now asks for"):
+        runner.run_all(changed, out, study="tiny", scale="cpu", launch=in_process(calls))
+    with pytest.raises(runner.StudyError, match="holds the study 'tiny' at scale 'cpu'"):
+        runner.run_all(planned, out, study="other", scale="cpu", launch=in_process(calls))
+    assert calls == [("keep-all", False)]

@@ -1,0 +1,159 @@
+"""Study files: every shipped one passes at both scales; bad ones are refused in one line
+naming the file and the fix; plans put overrides and seeds where the docs say."""
+
+from pathlib import Path
+
+import pytest
+
+from ragen import config
+from ragen.cli import main
+from ragen.config import ConfigError
+from ragen.study import spec
+
+
+@pytest.mark.parametrize("name", spec.study_names())
+def test_every_shipped_study_validates_at_both_scales(name):
+    study = spec.load_study(name)  # judges every run's config at every declared scale
+    assert set(study.scales) == {"cpu", "paper"}
+    assert spec.summary_line(spec.study_path(name))  # `ragen study list` has a line for it
+    for scale in spec.SCALES:
+        planned = spec.plan(study, scale, 2, Path("out"))
+        assert planned and all(p.overrides[-1] == f"trainer.seed={p.seed}" for p in planned)
+        suffix = study.scales[scale].preset_suffix
+        assert all(p.preset.endswith(suffix) for p in planned)
+        for want in spec.expectations_at(study, scale):
+            names = {p.name for p in planned}
+            assert {want.higher.removesuffix("@start"), want.lower.removesuffix("@start")} <= names
+
+
+def test_the_ten_studies_of_the_issue_are_shipped():
+    assert spec.study_names() == [
+        "collapse",
+        "diversity",
+        "filter",
+        "freshness",
+        "generalization",
+        "granularity",
+        "indicators",
+        "kl-clip",
+        "reasoning",
+        "template",
+    ]
+
+
+def _write(tmp_path, text: str) -> str:
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+BASE = """\
+# mine: two runs
+title: t
+finding: f
+paper: p
+scales:
+  cpu: {seeds: 2, overrides: [trainer.steps=3]}
+  paper: {preset_suffix: -gpu, overrides: [trainer.steps=5]}
+runs:
+  - name: a
+    preset: bandit
+    overrides: [algo.filter_ratio=1.0]
+    scale_overrides: {paper: [algo.kl_coef=0.001]}
+  - {name: b, preset: bandit-starpo, at_scales: [cpu]}
+expect:
+  - {higher: a, lower: b}
+  - {higher: a, lower: a@start}
+"""
+
+
+def test_a_plan_orders_overrides_and_seeds(tmp_path):
+    study = spec.load_study(_write(tmp_path, BASE))
+    planned = spec.plan(study, "cpu", 2, tmp_path / "out", ("model.spec=tiny",))
+    assert [(p.name, p.seed) for p in planned] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert planned[2].overrides == (
+        "trainer.steps=3",
+        "algo.filter_ratio=1.0",
+        "model.spec=tiny",
+        "trainer.seed=1",
+    )
+    assert planned[2].root == tmp_path / "out" / "a" / "seed-1"
+    (paper,) = spec.plan(study, "paper", 1, tmp_path / "out")  # b is a CPU-only run
+    assert paper.preset == "bandit-gpu"
+    assert paper.overrides == (
+        "trainer.steps=5",
+        "algo.filter_ratio=1.0",
+        "algo.kl_coef=0.001",
+        "trainer.seed=0",
+    )
+    # the a-versus-b comparison has no place at the paper scale; a against its start has
+    assert [(w.higher, w.lower) for w in spec.expectations_at(study, "paper")] == [("a", "a@start")]
+    cfg = config.load(paper.preset, list(paper.overrides))
+    assert (cfg.trainer.steps, cfg.algo.kl_coef, cfg.trainer.seed) == (5, 0.001, 0)
+
+
+def test_a_preset_file_is_read_from_the_study_files_folder(tmp_path):
+    (tmp_path / "presets").mkdir()
+    for name in ("p.yaml", "p-gpu.yaml"):
+        (tmp_path / "presets" / name).write_text("extends: bandit\ntrainer: {steps: 7}\n")
+    text = BASE.replace("preset: bandit\n", "preset: presets/p.yaml\n")
+    study = spec.load_study(_write(tmp_path, text))
+    planned = spec.plan(study, "paper", 1, Path("o"))
+    assert planned[0].preset == str(tmp_path / "presets" / "p-gpu.yaml")
+    assert spec.with_suffix("sokoban", "-gpu") == "sokoban-gpu"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("title: t\n", "titel: t\n"), "unknown key 'titel' (did you mean title?)"),
+        (("{name: b,", "{name: a,"), "two runs are named 'a'"),
+        (("{name: b,", "{name: Report,"), "run name 'Report' must be a folder name"),
+        (("lower: b}", "lower: c}"), "expect names 'c', which is no run of the study"),
+        (("[algo.filter_ratio=1.0]", "[trainer.seed=3]"), "run a: drop trainer.seed"),
+        (("[algo.filter_ratio=1.0]", "[algo.filter_ratio=2]"), "run a at scale cpu: "),
+        (("  cpu: {seeds: 2,", "  gpu: {seeds: 2,"), "scales must declare cpu"),
+        (("seeds: 2", "seeds: 0"), "scales.cpu.seeds=0 is out of range"),
+        (("at_scales: [cpu]", "at_scales: [gpu]"), "run b: at_scales names 'gpu'"),
+        (("runs:\n", "runs: []\nold_runs:\n"), "unknown key 'old_runs'"),
+    ],
+)
+def test_a_bad_study_file_is_refused_naming_the_file(tmp_path, change, message):
+    path = _write(tmp_path, BASE.replace(*change))
+    with pytest.raises(ConfigError) as err:
+        spec.load_study(path)
+    assert str(err.value).startswith(f"study {path}: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_command_refuses_unknown_studies_and_bad_overrides(tmp_path, capsys):
+    assert main(["study", "colapse"]) == 2
+    assert "unknown study 'colapse': use one of collapse, " in capsys.readouterr().err
+    path = _write(tmp_path, BASE)
+    assert main(["study", path, "--plan", "algo.clip_high=-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ragen: study: run a at scale cpu: algo.clip_high=-1.0 is out of range")
+    assert main(["study", path, "--plan", "--seeds", "1", "model.spec=tiny"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        "ragen train bandit trainer.steps=3 algo.filter_ratio=1.0 model.spec=tiny "
+        "trainer.seed=0 --out runs/study-mine-cpu/a/seed-0"
+    )
+    assert out[-1] == "2 runs of mine at scale cpu in runs/study-mine-cpu"
+    assert not Path("runs/study-mine-cpu").exists()  # --plan runs and writes nothing
+
+
+def test_study_list_names_every_shipped_study(capsys):
+    assert main(["study", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == spec.study_names()
+    assert "(Table 3)" in next(line for line in lines if line.startswith("granularity"))
+
+
+def test_the_guides_example_study_file_is_valid(tmp_path):
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
+    section = guide.read_text().split("## Studies: `ragen study`", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    study = spec.load_study(_write(tmp_path, example))
+    assert [r.name for r in study.runs] == ["keep-1.0", "keep-0.25"]
+    assert len(spec.plan(study, "cpu", study.scales["cpu"].seeds, tmp_path)) == 4

@@ -1,0 +1,144 @@
+"""A study's table by hand: end values over seeds, their standard errors, the verdicts of the
+expected comparisons, and the collapse-aligned plot's data."""
+
+import math
+import statistics
+
+import pytest
+
+from ragen.monitor.collapse import Alert
+from ragen.monitor.jsonl import append_jsonl
+from ragen.monitor.report import load_run
+from ragen.monitor.rundir import RunDir
+from ragen.study import aligned, table
+from ragen.study.spec import Expectation, Study, StudyRun, StudyScale
+
+
+def _study(metric="rollout/success", tail=2, columns=()):
+    return Study(
+        title="t",
+        finding="f",
+        paper="p",
+        runs=[StudyRun("a", "bandit"), StudyRun("b", "bandit")],
+        scales={"cpu": StudyScale()},
+        metric=metric,
+        tail=tail,
+        columns=list(columns),
+    )
+
+
+def _run(tmp_path, name, success, evals=(), alerts=()):
+    """A run directory as the trainer writes one: each evaluation after a step is also in
+    that step's metrics (the one before training only in eval.jsonl)."""
+    run = RunDir(tmp_path / name)
+    records = [
+        {"step": s, "rollout/success": v, "actor/entropy": 1.0 - s / 10}
+        for s, v in enumerate(success)
+    ]
+    for e in evals:
+        if e["step"] >= 0:
+            records[e["step"]][f"eval/{e['env']}/success"] = e["success"]
+    append_jsonl(run.metrics, records)
+    append_jsonl(run.evals, [dict(e) for e in evals])
+    append_jsonl(run.alerts, [a.to_record() for a in alerts])
+    return load_run(run.root)
+
+
+def test_end_start_and_peak_of_a_train_metric(tmp_path):
+    run = _run(tmp_path, "r", [0.25, 0.5, 0.75, 0.5])
+    res = table.seed_result(run, 0, _study(tail=2, columns=["actor/entropy"]), minutes=1.5)
+    assert res.start == table.Measured(0.25)  # step 0 was sampled before any update
+    assert res.end == table.Measured((0.75 + 0.5) / 2)
+    assert (res.peak, res.peak_step, res.steps, res.minutes) == (0.75, 2, 4, 1.5)
+    assert res.columns == {"actor/entropy": table.Measured((0.8 + 0.7) / 2)}
+
+
+def test_an_evaluation_metric_keeps_its_episodes(tmp_path):
+    evals = [
+        {"step": -1, "env": "bandit", "success": 0.5, "episodes": 64},
+        {"step": 3, "env": "bandit", "success": 0.75, "episodes": 128},
+    ]
+    run = _run(tmp_path, "r", [0.1, 0.2, 0.3, 0.4], evals)
+    res = table.seed_result(run, 0, _study(metric="eval/bandit/success", tail=1), None)
+    assert res.start == table.Measured(0.5, 64) and res.end == table.Measured(0.75, 128)
+    # one seed: the binomial error of its evaluation
+    one = table.over_seeds([res.end])
+    assert one == table.Estimate(0.75, math.sqrt(0.75 * 0.25 / 128))
+
+
+def test_over_seeds_by_hand():
+    two = table.over_seeds([table.Measured(0.5), table.Measured(0.7), table.Measured(None)])
+    assert two.mean == pytest.approx(0.6)
+    assert two.se == pytest.approx(statistics.stdev([0.5, 0.7]) / math.sqrt(2))  # 0.1
+    assert table.over_seeds([table.Measured(0.4)]) == table.Estimate(0.4, None)
+    assert table.over_seeds([table.Measured(None)]) == table.Estimate(None, None)
+
+
+UNMEASURED = table.Estimate(None, None)
+
+
+def _row(name, end, start=UNMEASURED):
+    return table.RowResult(name, "bandit", [], end, start, None, {})
+
+
+@pytest.mark.parametrize(
+    ("high", "low", "z", "outcome"),
+    [
+        (table.Estimate(0.8, 0.03), table.Estimate(0.5, 0.04), 6.0, "reproduced"),
+        (table.Estimate(0.56, 0.03), table.Estimate(0.5, 0.04), 1.2, "the paper's direction"),
+        (table.Estimate(0.4, 0.03), table.Estimate(0.5, 0.04), -2.0, "not reproduced"),
+    ],
+)
+def test_a_verdict_is_the_difference_in_standard_errors(high, low, z, outcome):
+    rows = {"a": _row("a", high), "b": _row("b", low)}
+    verdict = table.judge(Expectation("a", "b"), rows)
+    assert verdict.se == pytest.approx(0.05)  # hypot(0.03, 0.04)
+    assert verdict.z == pytest.approx(z) and verdict.outcome.startswith(outcome)
+
+
+def test_a_verdict_without_an_error_is_untested_and_start_is_a_runs_start():
+    rows = {"a": _row("a", table.Estimate(0.9, None), start=table.Estimate(0.2, 0.1))}
+    untested = table.judge(Expectation("a", "a@start"), rows)
+    assert untested.difference == pytest.approx(0.7) and untested.z is None
+    assert untested.outcome.startswith("untested")
+    rows = {"a": _row("a", table.Estimate(0.9, 0.0), start=table.Estimate(0.2, 0.0))}
+    assert table.judge(Expectation("a", "a@start"), rows).z == math.inf
+
+
+def test_the_markdown_table_holds_the_rows_and_verdicts(tmp_path):
+    alerts = [
+        Alert(1, "warning", "actor/entropy", 0.1, 0.3, "fell"),
+        Alert(3, "collapse", "rollout/success", 0.1, 0.5, "fell"),
+    ]
+    study = _study(tail=1)
+    seeds = [
+        table.seed_result(_run(tmp_path, "s0", [0.2, 0.6, 0.8, 0.1], alerts=alerts), 0, study, 2.0),
+        table.seed_result(_run(tmp_path, "s1", [0.2, 0.4, 0.6, 0.3]), 1, study, 3.0),
+    ]
+    row = table.RowResult(
+        "a",
+        "bandit",
+        seeds,
+        table.over_seeds([s.end for s in seeds]),
+        table.over_seeds([s.start for s in seeds]),
+        "21.48%",
+        {},
+    )
+    other = _row("b", table.Estimate(0.1, 0.05))
+    verdicts = [table.judge(Expectation("a", "b"), {"a": row, "b": other})]
+    text = table.table_markdown(study, "cpu", [row, other], verdicts)
+    # end 0.2 ± stdev(0.1, 0.3)/sqrt(2) = 0.1; peak mean (0.8 + 0.6)/2
+    cells = "| a | `bandit` | 2 | 0.200 ± 0.000 | 0.200 ± 0.100 | 0.700 | 1/2 (steps 3) "
+    assert cells + "| 1/2 (steps 1) | 5.0 min | 21.48% |" in text
+    assert "- Expected a above b: +0.100 ± 0.112 (z +0.89): the paper's direction" in text
+
+
+def test_the_aligned_runs_count_steps_from_their_collapse(tmp_path):
+    collapse = [Alert(3, "collapse", "rollout/success", 0.1, 0.5, "fell")]
+    run = _run(tmp_path, "r", [0.2, 0.6, 0.8, 0.1, 0.0], alerts=collapse)
+    shifted = aligned.aligned(run)
+    assert [r["step"] for r in shifted.records] == [-3, -2, -1, 0, 1]
+    assert [a.step for a in shifted.alerts] == [0]
+    assert aligned.aligned(_run(tmp_path, "calm", [0.2, 0.3])) is None
+    path = aligned.write_aligned([run], tmp_path, alpha=1.0)
+    assert path == tmp_path / "aligned.png" and path.stat().st_size > 0
