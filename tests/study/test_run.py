@@ -135,3 +135,15 @@ def test_a_changed_plan_or_another_study_is_refused_before_anything_runs(tmp_pat
     with pytest.raises(runner.StudyError, match="holds the study 'tiny' at scale 'cpu'"):
         runner.run_all(planned, out, study="other", scale="cpu", launch=in_process(calls))
     assert calls == [("keep-all", False)]
+
+
+@pytest.mark.parametrize("text", ['{"study": "tiny", "scale": "cpu", "runs": [1]}', "{not json"])
+def test_a_damaged_study_record_is_refused_not_overwritten(tmp_path, study_file, text):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / runner.STATE_FILE).write_text(text)
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)
+    calls = []
+    with pytest.raises(runner.StudyError, match=r"study\.json is unreadable"):
+        runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
+    assert calls == [] and (out / runner.STATE_FILE).read_text() == text

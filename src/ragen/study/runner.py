@@ -67,8 +67,8 @@ class StudyState:
         try:
             saved = json.loads(self.path.read_text(encoding="utf-8"))
             runs = saved["runs"]
-            if not isinstance(runs, dict):
-                raise TypeError("runs must be a mapping")
+            if not isinstance(runs, dict) or not all(isinstance(v, dict) for v in runs.values()):
+                raise TypeError("runs must be a mapping of objects")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise StudyError(
                 f"{self.path} is unreadable ({type(err).__name__}): it is the study's record "
