@@ -108,7 +108,7 @@ def test_a_preset_file_is_read_from_the_study_files_folder(tmp_path):
     [
         (("title: t\n", "titel: t\n"), "unknown key 'titel' (did you mean title?)"),
         (("{name: b,", "{name: a,"), "two runs are named 'a'"),
-        (("{name: b,", "{name: Report,"), "run name 'Report' must be a folder name"),
+        (("{name: b,", "{name: report,"), "run name 'report' must be a folder name"),
         (("lower: b}", "lower: c}"), "expect names 'c', which is no run of the study"),
         (("[algo.filter_ratio=1.0]", "[trainer.seed=3]"), "run a: drop trainer.seed"),
         (("[algo.filter_ratio=1.0]", "[algo.filter_ratio=2]"), "run a at scale cpu: "),

@@ -37,8 +37,8 @@ STUDY_SUFFIX = ".yaml"
 SCALES = ("cpu", "paper")
 """cpu: the embedded model on this machine's budget; paper: the paper's presets, on GPUs."""
 DEFAULT_SCALE = "cpu"
-RESERVED_NAMES = frozenset({"report", "list"})
-"""Names a run may not take: the study's own output folder (report) and subcommand (list)."""
+RESERVED_NAMES = frozenset({"report"})
+"""Names a run may not take: the study's own output folder."""
 _RUN_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 MAX_SEEDS = 100
 
