@@ -46,3 +46,36 @@ def test_the_thread_count_is_restored_after_the_run():
     assert torch.get_num_threads() == before
     if (os.cpu_count() or 1) > 1:
         assert said == ["torch threads: 1 (trainer.threads)"]
+
+
+def _machine(monkeypatch, busy_per_sample, cores=2):
+    """/proc/stat of a machine of ``cores`` on which ``busy_per_sample[i]`` cores are busy
+    during sample i (each 100 jiffies a core); returns the list of reads made."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(threads.time, "sleep", lambda s: None)
+    readings = [(0, 0)]
+    for busy in busy_per_sample:
+        readings.append((readings[-1][0] + round(100 * busy), readings[-1][1] + 100 * cores))
+    reads = []
+
+    def cpu_times():
+        reads.append(readings[min(len(reads), len(readings) - 1)])
+        return reads[-1]
+
+    monkeypatch.setattr(threads, "cpu_times", cpu_times)
+    return reads
+
+
+def test_a_core_busy_for_a_moment_is_sampled_again_and_given_back(monkeypatch):
+    reads = _machine(monkeypatch, [1.0, 1.0, 0.1])  # a run that just ended, freeing memory
+    count, why = threads.choose(0)
+    assert count == 2 and len(reads) == 1 + 3 and why.startswith("0.1 of 2 cores busy")
+
+
+def test_a_core_busy_in_every_sample_is_left_to_its_job(monkeypatch):
+    reads = _machine(monkeypatch, [1.0] * threads.SAMPLES)
+    assert threads.choose(0)[0] == 1 and len(reads) == 1 + threads.SAMPLES
+    quiet = _machine(monkeypatch, [0.0])
+    assert threads.choose(0)[0] == 2 and len(quiet) == 1 + 1  # a quiet machine: one sample
