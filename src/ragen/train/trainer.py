@@ -14,6 +14,7 @@ pass without gradients runs inside ``fsdp.full_weights``.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -56,6 +57,26 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return distributed.local_device(torch.device(name))
+
+
+def use_deterministic_kernels(device: torch.device, on: bool) -> None:
+    """Make the CUDA kernels of this process deterministic, or leave torch's default."""
+    if device.type != "cuda":
+        return
+    if on:  # cuBLAS reads it when it makes its first handle; torch checks it on every matmul
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # warn_only: an op without a deterministic kernel warns and runs rather than end the run
+    torch.use_deterministic_algorithms(on, warn_only=True)
+
+
+def gpu_memory_metrics(device: torch.device) -> dict[str, float]:
+    """``perf/gpu_peak_gib``: the most GPU memory torch held at once since the last call
+    (so, per step), on a CUDA device; nothing on a CPU."""
+    if device.type != "cuda":
+        return {}
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    torch.cuda.reset_peak_memory_stats(device)
+    return {"perf/gpu_peak_gib": peak}
 
 
 def say(line: str) -> None:
@@ -158,6 +179,7 @@ class Trainer:
     def __init__(self, config: Config, run: RunDir, *, resume: bool = False) -> None:
         self.config, self.run = config, run
         self.device = resolve_device(config.trainer.device)
+        use_deterministic_kernels(self.device, config.trainer.deterministic)
         torch.manual_seed(config.trainer.seed)
         if config.trainer.parallel == "fsdp" and distributed.world_size() == 1:
             say("trainer.parallel=fsdp has no effect in one process: nothing to shard over")
@@ -259,6 +281,7 @@ class Trainer:
             say(f"[step {step}] the filter kept no group: no update this step")
             metrics.update({"actor/optimizer_steps": 0.0, "time/update_s": 0.0})
         metrics.update({phases.metric(name): s for name, s in phases.drain().items()})
+        metrics.update(gpu_memory_metrics(self.device))
         last = self.is_last(step)  # decided once: the budget may pass during the evaluation
         metrics.update(self.maybe_measure_templates(step, trajectories))
         metrics.update(self.maybe_evaluate(step, last))

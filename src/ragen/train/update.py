@@ -118,7 +118,8 @@ def mini_batch_rows(
 def by_length(rows: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """``rows`` (indices into the (B, T) batch) longest first, ties in their given order: the
     micro-batches cut from them in turn hold rows of like length, and pad less."""
-    lengths = attention_mask[rows].sum(dim=1)
+    # rows live on the CPU (drawn there, the same on any device); the mask may be on a GPU
+    lengths = attention_mask[rows.to(attention_mask.device)].sum(dim=1).cpu()
     return rows[torch.argsort(lengths, descending=True, stable=True)]
 
 
