@@ -983,7 +983,8 @@ def preset_for_env(env_name: str) -> str | None:
     return max(family, key=len, default=None)
 
 
-def _is_file(path: Path) -> bool:
+def file_exists(path: Path) -> bool:
+    """Whether ``path`` is a file; False, not an error, for a name no file can have."""
     try:
         return path.is_file()
     except (OSError, ValueError):  # a name too long for the file system, or with a NUL
@@ -997,11 +998,11 @@ def _preset_path(name_or_path: str, folder: Path | None = None) -> Path:
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
         if folder is not None:
             path = folder / path
-        if not _is_file(path):
+        if not file_exists(path):
             raise ConfigError(f"config: no such config file {_shown(str(path))}")
         return path
     preset = preset_dir() / f"{name_or_path}{PRESET_SUFFIX}"
-    if not _is_file(preset):
+    if not file_exists(preset):
         raise ConfigError(
             f"config: unknown preset {_shown(name_or_path)}: use one of "
             f"{', '.join(preset_names())} or a path to a .yaml file"

@@ -143,6 +143,12 @@ def test_the_command_refuses_unknown_studies_and_bad_overrides(tmp_path, capsys)
     assert not Path("runs/study-mine-cpu").exists()  # --plan runs and writes nothing
 
 
+@pytest.mark.parametrize("name", ["x" * 5000, "bad\0name", "dir/" + "x" * 5000 + ".yaml"])
+def test_a_name_no_file_can_have_is_refused_as_unknown(name, capsys):
+    assert main(["study", name]) == 2
+    assert "study: " in capsys.readouterr().err
+
+
 def test_study_list_names_every_shipped_study(capsys):
     assert main(["study", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -539,11 +539,24 @@ def write_report(
     """Write ``out``/PLOT.png for every plot with data, and ``out``/summary.md; returns the
     paths written and the story. ``replay_with``: see `load_run`."""
     out = Path(out)
+    _check_out(out)
+    return write_report_of([load_run(root, replay_with) for root in roots], out, alpha=alpha)
+
+
+def _check_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise RunDirError(
             f"--out {out} is a file: name a folder (a report is several files), e.g. {out}.d"
         )
-    runs = [load_run(root, replay_with) for root in roots]
+
+
+def write_report_of(
+    runs: list[RunData], out: str | Path, *, alpha: float = DEFAULT_SMOOTHING
+) -> Report:
+    """`write_report` of runs already loaded; runs that share a name are renamed after
+    their folder's last two parts (the legend tells them apart by name)."""
+    out = Path(out)
+    _check_out(out)
     if len({r.name for r in runs}) != len(runs):
         # the legend tells runs apart by name: runs/a/seed0 and runs/b/seed0 become a/seed0
         for run in runs:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragen.monitor.jsonl import to_json_line, write_atomic
-from ragen.monitor.report import DEFAULT_SMOOTHING, load_run, write_report
+from ragen.monitor.report import DEFAULT_SMOOTHING, RunData, load_run, write_report_of
 from ragen.study.aligned import write_aligned
 from ragen.study.runner import StudyState
 from ragen.study.spec import PlannedRun, Study, expectations_at
@@ -31,14 +31,17 @@ class StudyOutputs:
     table: str
 
 
-def rows_of(study: Study, planned: list[PlannedRun], state: StudyState) -> list[RowResult]:
-    """Each study run's figures over its planned seeds, in the study file's order."""
+def rows_of(
+    study: Study, planned: list[PlannedRun], state: StudyState, loaded: dict[Path, RunData]
+) -> list[RowResult]:
+    """Each study run's figures over its planned seeds, in the study file's order;
+    ``loaded``: each planned folder's run data."""
     rows = []
     for run in study.runs:
         mine = [p for p in planned if p.name == run.name]
         if not mine:  # not part of this scale
             continue
-        seeds = [seed_result(load_run(p.root), p.seed, study, state.minutes(p)) for p in mine]
+        seeds = [seed_result(loaded[p.root], p.seed, study, state.minutes(p)) for p in mine]
         rows.append(
             RowResult(
                 name=run.name,
@@ -57,13 +60,13 @@ def write_outputs(
     study: Study, scale: str, planned: list[PlannedRun], state: StudyState, out: Path
 ) -> StudyOutputs:
     """Write the report, table.md and results.json of a study whose runs have all ended."""
-    report = write_report([p.root for p in planned], out / REPORT_DIR)
+    runs = [load_run(p.root) for p in planned]  # read once: the report, plot and table share them
+    report = write_report_of(runs, out / REPORT_DIR)
     files = list(report.files)
     if study.align_on_collapse:
-        runs = [load_run(p.root) for p in planned]
         if (path := write_aligned(runs, out / REPORT_DIR, DEFAULT_SMOOTHING)) is not None:
             files.append(path)
-    rows = rows_of(study, planned, state)
+    rows = rows_of(study, planned, state, {p.root: r for p, r in zip(planned, runs, strict=True)})
     by_name = {row.name: row for row in rows}
     verdicts = [judge(want, by_name) for want in expectations_at(study, scale)]
     table = table_markdown(study, scale, rows, verdicts)

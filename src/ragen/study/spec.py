@@ -142,11 +142,11 @@ def study_path(name_or_path: str) -> Path:
     """The file a study name or a path stands for."""
     path = Path(name_or_path).expanduser()
     if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        if not path.is_file():
+        if not config.file_exists(path):
             raise ConfigError(f"study: no such study file {name_or_path}")
         return path
     shipped = study_dir() / f"{name_or_path}{STUDY_SUFFIX}"
-    if not shipped.is_file():
+    if not config.file_exists(shipped):
         raise ConfigError(
             f"study: unknown study {name_or_path!r}: use one of {', '.join(study_names())} "
             "(`ragen study list`) or a path to a .yaml file"
