@@ -63,9 +63,13 @@ def write_outputs(
     runs = [load_run(p.root) for p in planned]  # read once: the report, plot and table share them
     report = write_report_of(runs, out / REPORT_DIR)
     files = list(report.files)
-    if study.align_on_collapse:
-        if (path := write_aligned(runs, out / REPORT_DIR, DEFAULT_SMOOTHING)) is not None:
-            files.append(path)
+    aligned = (
+        write_aligned(runs, out / REPORT_DIR, DEFAULT_SMOOTHING)
+        if study.align_on_collapse
+        else None
+    )
+    if aligned is not None:
+        files.append(aligned)
     rows = rows_of(study, planned, state, {p.root: r for p, r in zip(planned, runs, strict=True)})
     by_name = {row.name: row for row in rows}
     verdicts = [judge(want, by_name) for want in expectations_at(study, scale)]
