@@ -171,8 +171,8 @@ def bf16_supported(device: str | torch.device = "cpu") -> bool:
     slower than float32, so "auto" must not pick it there.
     """
     device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda":  # native bf16 tensor cores from Ampere (compute capability 8) on
+        return torch.cuda.get_device_capability(device)[0] >= 8
     if device.type != "cpu":
         return False
     try:

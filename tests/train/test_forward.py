@@ -155,3 +155,21 @@ def test_embedded_model_logprobs_equal_the_full_forward(embedded):
     logp, _ = token_logprobs(lm, ids, mask, loss, with_entropy=False)
     on = loss > 0
     torch.testing.assert_close(logp[on], ref_logp[on], atol=1e-4, rtol=1e-4)
+
+
+def test_values_keep_float32_precision_under_bf16_autocast(tiny):
+    critic = models.ValueModel(copy.deepcopy(tiny[0]))
+    torch.nn.init.normal_(critic.head.weight, std=0.1)
+    ids, mask, _ = _batch(critic.config.vocab_size, 24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        values = state_values(critic, ids, mask)
+        hidden = critic.body(input_ids=ids, attention_mask=mask).last_hidden_state
+    # The body runs in bf16 (the two paths to its output differ by ~1e-3); the head, a
+    # float32 layer, must not round what it writes to bf16 (~1e-2 at these values).
+    expected = torch.nn.functional.pad(critic.head(hidden.float()).squeeze(-1)[:, :-1], (1, 0))
+    real = mask.bool()
+    real[:, 0] = False
+    assert values.dtype == torch.float32
+    torch.testing.assert_close(values[real], expected[real], atol=2e-3, rtol=0)
+    rounded = values[real].bfloat16().float()
+    assert (values[real] != rounded).float().mean() > 0.9  # float32 values, not bf16 ones

@@ -253,13 +253,20 @@ def _load_weights(model, file: Path, what: str) -> None:
     fsdp.scatter_model_state(model, tensors)
 
 
+def _read_optimizers(path: Path) -> dict:
+    # Onto the CPU: a GPU run's states name cuda:0, which a CPU machine cannot open and every
+    # rank of a multi-GPU run would otherwise fill; load_state_dict moves them to the
+    # parameters' device.
+    return torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+
+
 def _load_optimizers(path: Path, policy, critic, optimizers: dict[str, torch.optim.Optimizer]):
     if not fsdp.is_sharded(policy):
-        saved = torch.load(path / "optimizer.pt", weights_only=True)
+        saved = _read_optimizers(path)
         for key, opt in optimizers.items():
             opt.load_state_dict(saved[key])
         return
-    saved = torch.load(path / "optimizer.pt", weights_only=True) if distributed.is_main() else {}
+    saved = _read_optimizers(path) if distributed.is_main() else {}
     owners = _owners(policy, critic)
     for key, opt in optimizers.items():
         fsdp.scatter_optimizer_state(owners[key], opt, saved.get(key, {}))

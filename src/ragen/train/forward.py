@@ -213,5 +213,8 @@ def state_values(
     the rows' mini-batch opening, of ``critic.body``.
     """
     hidden = decoder_hidden(critic.body, input_ids, attention_mask, opening)
-    values = critic.head(hidden.to(critic.head.weight.dtype)).squeeze(-1).float()  # (B, T)
+    # Outside autocast: under bf16 autocast the head would round every value (and so the
+    # returns, the GAE targets and the value clip) to bf16's 3 significant digits.
+    with torch.autocast(hidden.device.type, enabled=False):
+        values = critic.head(hidden.to(critic.head.weight.dtype)).squeeze(-1).float()  # (B, T)
     return F.pad(values[:, :-1], (1, 0))

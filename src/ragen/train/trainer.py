@@ -56,7 +56,12 @@ def resolve_device(name: str) -> torch.device:
     each process takes the GPU of its ``LOCAL_RANK``."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    return distributed.local_device(torch.device(name))
+    device = distributed.local_device(torch.device(name))
+    if device.type == "cuda" and device.index is not None:
+        # the current device is what torch.cuda.synchronize (phase timings) and new
+        # allocations without a device use: cuda:N, not GPU 0
+        torch.cuda.set_device(device)
+    return device
 
 
 def use_deterministic_kernels(device: torch.device, on: bool) -> None:
