@@ -141,3 +141,17 @@ def test_fsdp_in_one_process_on_cuda_is_the_ddp_run(tmp_path):
     a = [_stable(r) for r in read_jsonl(run_a.metrics).records]
     b = [_stable(r) for r in read_jsonl(run_b.metrics).records]
     assert a == b
+
+
+def test_a_gpu_checkpoint_resumes_on_the_cpu(tmp_path):
+    _train(tmp_path, "a", "trainer.steps=1", "trainer.save_every=1")
+    resumed, run = _train(
+        tmp_path,
+        "a",
+        "trainer.steps=2",
+        "trainer.save_every=1",
+        "trainer.device=cpu",
+        resume=True,
+    )
+    assert resumed.start_step == 1 and resumed.device.type == "cpu"
+    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
