@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 
 import ragen
-from ragen import config
+from ragen import config, threads
 from ragen.monitor.jsonl import read_jsonl, write_atomic
 from ragen.monitor.report import write_report
 from ragen.monitor.rundir import RunDir, create_run_dir, rewrite_config
@@ -214,6 +214,7 @@ def load_resume(
     saved = config.load(str(run.config))
     cfg = config.load(str(run.config), overrides)
     check_resume(run, saved, cfg, sft=before.get("training") == "sft")
+    use_threads(cfg)
     fix = "resume with the run's own --eval-n, --temperature and rollout settings"
     base = load_base(
         root, eval_fingerprint(cfg, n, temperature), ignore=("source_sha256",), fix=fix
@@ -338,6 +339,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def use_threads(cfg: config.Config) -> None:
+    """Set torch's thread count for the whole run (its evaluations and its training) once,
+    before the base evaluation's fingerprint reads it: trainer.threads, else the cores free
+    now, as `ragen train` picks them."""
+    count, why = threads.choose(cfg.trainer.threads)
+    torch.set_num_threads(count)
+    print(f"torch threads: {count} ({why})")
+
+
 def prepare(args: argparse.Namespace) -> tuple[config.Config, RunDir, dict | None, dict | None]:
     """(config, run dir, base evaluation or None when it is to be measured, earlier result
     of a resumed run or None). Nothing is created before every check has passed."""
@@ -357,6 +367,7 @@ def prepare(args: argparse.Namespace) -> tuple[config.Config, RunDir, dict | Non
         cfg = config.load(args.preset, overrides)
     except config.ConfigError as err:
         args.parser.error(str(err))
+    use_threads(cfg)
     base = None
     if args.base_from:
         base = load_base(args.base_from, eval_fingerprint(cfg, args.eval_n, args.temperature))

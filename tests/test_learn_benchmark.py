@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from ragen import config
 from ragen.monitor.jsonl import read_jsonl
@@ -250,3 +251,17 @@ def test_a_resume_or_name_the_script_cannot_take_is_a_usage_error(argv, why, cap
 def test_a_resume_of_a_run_learn_py_did_not_make_is_refused(tmp_path):
     with pytest.raises(SystemExit, match=f"{tmp_path} holds no learn.json: no learn.py run"):
         learn.main(["--resume", str(tmp_path), "--name", "x"])
+
+
+def test_trainer_threads_sets_the_thread_count_of_the_whole_run(tmp_path, monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.setattr("sys.argv", ["learn.py", "sokoban", "model.spec=tiny", "trainer.threads=1"])
+    args = learn.parse_args(None)
+    args.stamp, args.out = "now", str(tmp_path / "run")
+    try:
+        cfg, *_ = learn.prepare(args)
+        assert cfg.trainer.threads == 1 and torch.get_num_threads() == 1
+        # ... which the base evaluation's fingerprint records
+        assert learn.eval_fingerprint(cfg, 2, 0.5)["torch_threads"] == 1
+    finally:
+        torch.set_num_threads(before)
