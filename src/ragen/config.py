@@ -279,9 +279,10 @@ class TrainerConfig:
     update_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Autocast dtype of the update; auto picks bfloat16 where the device runs it natively."""
     deterministic: bool = True
-    """On CUDA, torch's deterministic kernels, so that a rerun or a resumed run repeats the
-    same numbers (some GPU kernels add in a varying order otherwise); false trades that for
-    their speed. CPU runs repeat either way."""
+    """On CUDA, torch's deterministic kernels and the update's attention on SDPA's math
+    kernels, so that a rerun or a resumed run repeats the same numbers (some GPU kernels add
+    in a varying order otherwise); false trades that for the fused kernels' speed and memory.
+    CPU runs repeat either way."""
     actor_lr: float = opt(1e-6, gt=0.0)
     """Adam learning rate of the policy."""
     critic_lr: float = opt(1e-5, gt=0.0)

@@ -145,6 +145,10 @@ def prepare(spec: str = DEFAULT_SPEC, *, force: bool = False) -> ModelSource:
     started = time.perf_counter()
     # from_pretrained on a GGUF dequantises to float32; the tokenizer comes from the same file.
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=entry.gguf_file)
+    # Some transformers releases (5.17) read the GGUF's eos as its bos and leave no pad; the
+    # file's own ids are the truth, and replies end, and dialogues close, on the eos.
+    for name, token_id in gguf_special_ids(folder / entry.gguf_file).items():
+        setattr(tokenizer, name, tokenizer.convert_ids_to_tokens(token_id))
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=entry.gguf_file)
     # The GGUF quantizer marker stays on the model and blocks save_pretrained until removed.
     quantizer = getattr(model, "hf_quantizer", None)
@@ -162,6 +166,27 @@ def prepare(spec: str = DEFAULT_SPEC, *, force: bool = False) -> ModelSource:
         shutil.rmtree(source.path)
     os.replace(tmp, source.path)
     return source
+
+
+_GGUF_SPECIAL_IDS = {
+    "bos_token": "tokenizer.ggml.bos_token_id",
+    "eos_token": "tokenizer.ggml.eos_token_id",
+    "unk_token": "tokenizer.ggml.unknown_token_id",
+    "pad_token": "tokenizer.ggml.padding_token_id",
+}
+
+
+def gguf_special_ids(path: Path) -> dict[str, int]:
+    """The special token ids a GGUF file declares, by tokenizer attribute (``eos_token``...)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(path).fields
+    found = {}
+    for name, key in _GGUF_SPECIAL_IDS.items():
+        field = fields.get(key)
+        if field is not None:
+            found[name] = int(field.contents())
+    return found
 
 
 def bf16_supported(device: str | torch.device = "cpu") -> bool:

@@ -54,17 +54,31 @@ def _stable(record):
     return {k: v for k, v in record.items() if not k.startswith(("time", "perf/"))}
 
 
-def _greedy_episodes(spec: str, dtype: str, backend: str):
+def _episodes(spec: str, dtype: str, backend: str, *, temperature=0.0, static=None):
     model, tokenizer = models.load_policy(spec, dtype=dtype, device="cuda")
     generator = make_generator(backend, model, tokenizer)
+    if static is not None:
+        generator.static = static
     rules = RolloutSpec(
         max_turns=3,
         max_actions_per_turn=2,
         max_actions_per_episode=6,
         max_reply_tokens=48,
-        temperature=0.0,
+        temperature=temperature,
     )
-    return rollout(generator, tokenizer, "sokoban", [0, 1, 2], 2, rules)
+    episodes = rollout(generator, tokenizer, "sokoban", [0, 1, 2], 2, rules)
+    return episodes, generator
+
+
+def _greedy_episodes(spec: str, dtype: str, backend: str):
+    return _episodes(spec, dtype, backend)[0]
+
+
+def test_graph_decode_samples_what_the_shrinking_batch_samples_on_cuda():
+    graphs, generator = _episodes("tiny", "float32", "hf", temperature=1.0)
+    assert generator.static  # the default on a GPU, and no capture fell back to eager
+    eager, _ = _episodes("tiny", "float32", "hf", temperature=1.0, static=False)
+    assert [t.token_ids for t in graphs] == [t.token_ids for t in eager]
 
 
 def test_hf_matches_naive_greedy_on_cuda():
@@ -98,12 +112,15 @@ def test_training_runs_on_cuda_and_reports_peak_memory(tmp_path):
     assert all(torch.isfinite(torch.tensor(r["actor/pg_loss"])) for r in records)
 
 
-def test_the_same_run_twice_on_cuda_gives_the_same_metrics(tmp_path):
-    _, run_a = _train(tmp_path, "a", "trainer.steps=2")
-    _, run_b = _train(tmp_path, "b", "trainer.steps=2")
+def test_the_same_run_twice_on_cuda_gives_the_same_metrics_and_weights(tmp_path):
+    first, run_a = _train(tmp_path, "a", "trainer.steps=2")
+    second, run_b = _train(tmp_path, "b", "trainer.steps=2")
     a = [_stable(r) for r in read_jsonl(run_a.metrics).records]
     b = [_stable(r) for r in read_jsonl(run_b.metrics).records]
     assert a == b
+    # Metrics can agree while a gradient differs in its last bits; the weights cannot.
+    wa, wb = first.m.policy.state_dict(), second.m.policy.state_dict()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_resume_on_cuda_replays_the_uninterrupted_run(tmp_path):

@@ -16,6 +16,7 @@ import torch
 from ragen import models
 from ragen.rollout.backends import make_generator
 from ragen.rollout.generator import (
+    CachedGenerator,
     Request,
     Stopper,
     _Batch,
@@ -23,6 +24,7 @@ from ragen.rollout.generator import (
     _padded_cache,
     _row_kv,
     _spans,
+    eos_ids,
 )
 
 LOGPROB_TOL = 1e-4
@@ -187,6 +189,34 @@ def test_stop_string_is_honoured(tiny, name):
     assert cut.finish == "stop"
     assert cut.token_ids == reply.token_ids[:first]
     assert cut.logprobs == pytest.approx(reply.logprobs[:first], abs=LOGPROB_TOL)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_static_decode_steps_give_the_shrinking_batch_tokens(tiny, temperature):
+    """The GPU's decode path (fixed shapes, replayed from a CUDA graph there) runs eagerly
+    here: the same tokens and log-probs as the CPU's path, over turns that reuse the caches
+    each path kept, with rows stopping at different steps (any token holding an "e")."""
+    model, tokenizer = tiny
+    stopper = Stopper(tokenizer, eos_ids(model, tokenizer), ["e"])
+    gens = {static: CachedGenerator(model, stopper, static=static) for static in (False, True)}
+    rng = random.Random(3)
+    contexts = {
+        k: [rng.randrange(3, 40000) for _ in range(rng.randrange(10, 30))] for k in range(6)
+    }
+    lengths = set()
+    for turn in range(3):
+        requests = [Request(k, v) for k, v in contexts.items()]
+        out = {
+            static: gen.generate(requests, max_new_tokens=12, temperature=temperature, seed=turn)
+            for static, gen in gens.items()
+        }
+        _assert_same([out[False]], [out[True]])
+        lengths |= {len(s.token_ids) for s in out[True]}
+        for request, sample in zip(requests, out[True], strict=True):
+            env = [rng.randrange(3, 40000) for _ in range(3)]
+            contexts[request.key] = request.context_ids + sample.token_ids + env
+    assert len(lengths) > 1  # some rows stopped while others decoded on
+    assert gens[True].stats == gens[False].stats
 
 
 def test_stopper_rules(tiny):

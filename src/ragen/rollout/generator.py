@@ -10,7 +10,8 @@ differ only in how they compute logits:
   and values copied to the N rows; the opening every new prompt of a call shares (system
   line, worked examples, rules) is prefilled once for all of them; each episode's KV cache is
   kept between calls, so a later turn prefills only the tokens appended since (the env
-  segment); finished rows leave the decode batch at once.
+  segment); finished rows leave the decode batch at once, except on a GPU, where the batch
+  keeps its shape so that each step replays a captured CUDA graph (static_decode.py).
 
 Sampling is reproducible and independent of batching: each request draws its noise from its
 own ``torch.Generator`` seeded from ``(seed, stream)``, once per step (the rule is in
@@ -23,6 +24,7 @@ on every call (the loop uses one per turn).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,13 +35,16 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from ragen import phases
 from ragen.kv_keyword import cache_keyword, cache_kwarg
 from ragen.rollout.sampling import choose, row_generators
+from ragen.rollout.static_decode import StaticDecoder
 from ragen.sysmem import available_memory
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 
-# Largest batch the automatic choice picks: beyond it a 2-core CPU gains nothing per token.
-_MAX_AUTO_BATCH = 64
+# Largest batch the automatic choice picks: beyond 64 rows a 2-core CPU gains nothing per
+# token, while a GPU's decode step of a small model is mostly fixed cost, whatever the rows.
+_MAX_AUTO_BATCH = {"cpu": 64}
+_MAX_AUTO_BATCH_ACCELERATOR = 256
 # Padded tokens per prefill forward: bounds the activation memory of one forward.
 _PREFILL_TOKEN_BUDGET = 16384
 # New prompts sharing fewer opening tokens than this are prefilled whole: too little to save.
@@ -224,7 +229,8 @@ def auto_max_batch(model, longest_tokens: int) -> int:
     """Rows whose KV caches (held about three times over while decoding) fit in free memory."""
     per_row = 3 * _kv_bytes_per_token(model) * max(longest_tokens, 1)
     fit = int(_free_memory(model.device) * _MEMORY_SHARE // per_row)
-    return max(1, min(_MAX_AUTO_BATCH, fit))
+    cap = _MAX_AUTO_BATCH.get(model.device.type, _MAX_AUTO_BATCH_ACCELERATOR)
+    return max(1, min(cap, fit))
 
 
 # ----------------------------------------------------------------------------- naive backend
@@ -381,10 +387,21 @@ class _Batch:
 
 
 class CachedGenerator:
-    """The fast path: shared group prefill, KV caches kept per episode, shrinking batches."""
+    """The fast path: shared group prefill, KV caches kept per episode, and decode steps
+    that drop finished rows (``static=False``, the default on a CPU) or replay one captured
+    CUDA graph per batch (``static=True``, the default on a GPU; see static_decode.py)."""
 
-    def __init__(self, model, stopper: Stopper, max_batch: int | None = None):
+    def __init__(
+        self,
+        model,
+        stopper: Stopper,
+        max_batch: int | None = None,
+        *,
+        static: bool | None = None,
+    ):
         self.model, self.stopper, self.max_batch = model, stopper, max_batch
+        # None: static decode steps (CUDA graphs) on a GPU, the shrinking batch elsewhere.
+        self.static = model.device.type == "cuda" if static is None else static
         self.pad = _pad_id(model, stopper)
         self.stats = GenerationStats()
         self._entries: dict[Hashable, _Entry] = {}
@@ -422,9 +439,8 @@ class CachedGenerator:
             rows = order[start : start + size]
             with phases.timed(phases.ROLLOUT_DECODE):
                 batch = self._start_batch(rows, jobs, max_new_tokens)
-                samples |= self._decode(
-                    batch, requests, generators, max_new_tokens, temperature, top_p
-                )
+                decode = self._decode_static if self.static else self._decode
+                samples |= decode(batch, requests, generators, max_new_tokens, temperature, top_p)
         self.stats.generated_tokens += sum(len(s.token_ids) for s in samples.values())
         return [samples[i] for i in range(len(requests))]
 
@@ -545,15 +561,9 @@ class CachedGenerator:
         for step in range(max_new_tokens):
             rows_gens = [generators[i] for i in batch.index]
             tokens, logprobs = choose(batch.logits, rows_gens, temperature, top_p)  # (B,) each
-            finished = []
-            picked, picked_logprobs = tokens.tolist(), logprobs.tolist()
-            for b, i in enumerate(batch.index):
-                reply = batch.replies.setdefault(i, [])
-                reply.append(picked[b])
-                batch.logprobs.setdefault(i, []).append(picked_logprobs[b])
-                if self.stopper.done(reply) or step + 1 == max_new_tokens:
-                    finished.append(b)
-                    samples[i] = self._finish(batch, b, i, requests[i])
+            rows = range(len(batch.index))
+            last = step + 1 == max_new_tokens
+            finished = self._take(batch, rows, tokens, logprobs, last, requests, samples)
             if len(finished) == len(batch.index):
                 break
             if finished:
@@ -571,6 +581,66 @@ class CachedGenerator:
             batch.logits = out.logits[:, -1]  # (B, V)
             batch.positions += 1
         return samples
+
+    def _decode_static(
+        self, batch: _Batch, requests, generators, max_new_tokens, temperature, top_p
+    ):
+        """:meth:`_decode` through a :class:`StaticDecoder` (a CUDA graph on a GPU): the
+        batch keeps its rows to the end, and a row that stops is no longer read."""
+        device = self.model.device
+        try:
+            decoder = StaticDecoder(
+                self.model,
+                [layer.buffer for layer in batch.cache.layers],
+                batch.mask,
+                batch.positions,
+                batch.mask.shape[1],
+                capture=device.type == "cuda",
+            )
+        except RuntimeError as err:  # a model whose forward cannot be captured
+            warnings.warn(
+                f"decoding without CUDA graphs: capturing a decode step failed ({err})",
+                stacklevel=2,
+            )
+            self.static = False
+            return self._decode(batch, requests, generators, max_new_tokens, temperature, top_p)
+        samples: dict[int, Sample] = {}
+        live = list(range(len(batch.index)))  # batch rows still sampling
+        logits = batch.logits  # (B, V)
+        fed = torch.zeros(len(batch.index), dtype=torch.long, device=device)  # (B,)
+        for step in range(max_new_tokens):
+            rows = torch.tensor(live, device=logits.device)
+            rows_gens = [generators[batch.index[b]] for b in live]
+            tokens, logprobs = choose(logits[rows], rows_gens, temperature, top_p)  # (B',)
+            last = step + 1 == max_new_tokens
+            finished = self._take(batch, live, tokens, logprobs, last, requests, samples)
+            if len(finished) == len(live):
+                break
+            fed[rows.to(device)] = tokens.to(device)
+            gone = set(finished)
+            live = [b for k, b in enumerate(live) if k not in gone]
+            batch.mask = torch.cat(
+                [batch.mask, torch.ones(len(batch.index), 1, dtype=torch.bool)], 1
+            )
+            logits = decoder.step(fed)
+        return samples
+
+    def _take(self, batch: _Batch, rows, tokens, logprobs, last: bool, requests, samples):
+        """Append to each of the batch ``rows`` its token of ``tokens`` (one per row) and
+        log-prob; rows that stop (or all, when ``last``) are finished into ``samples``.
+        Returns the positions in ``rows`` of the rows that finished."""
+        finished = []
+        for k, (b, token, logprob) in enumerate(
+            zip(rows, tokens.tolist(), logprobs.tolist(), strict=True)
+        ):
+            i = batch.index[b]
+            reply = batch.replies.setdefault(i, [])
+            reply.append(token)
+            batch.logprobs.setdefault(i, []).append(logprob)
+            if self.stopper.done(reply) or last:
+                finished.append(k)
+                samples[i] = self._finish(batch, b, i, requests[i])
+        return finished
 
     def _finish(self, batch: _Batch, b: int, i: int, request: Request) -> Sample:
         reply = batch.replies[i]

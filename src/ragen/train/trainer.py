@@ -74,6 +74,21 @@ def use_deterministic_kernels(device: torch.device, on: bool) -> None:
     torch.use_deterministic_algorithms(on, warn_only=True)
 
 
+def deterministic_attention(device: torch.device, on: bool):
+    """A context for the update: on CUDA with ``on``, attention on SDPA's math kernels.
+
+    The fused kernels (cuDNN's, the memory-efficient one) add in a varying order in their
+    backward, and torch's warn-only deterministic mode warns and runs them: on an H200 a
+    resumed run's weights came out a few bits off the uninterrupted run's (docs/gpu.md).
+    Forwards alone (rollouts, scoring) add in a fixed order and keep the fused kernels.
+    """
+    if device.type != "cuda" or not on:
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.MATH])
+
+
 def gpu_memory_metrics(device: torch.device) -> dict[str, float]:
     """``perf/gpu_peak_gib``: the most GPU memory torch held at once since the last call
     (so, per step), on a CUDA device; nothing on a CPU."""
@@ -456,9 +471,10 @@ class Trainer:
             sharded=fsdp.is_sharded(self.m.policy),
         )
         scale = self._set_learning_rates(step)
-        metrics = ppo_update(
-            self.m.policy, self.m.critic, self.m.optimizers, data, settings, seed=t.seed + step
-        )
+        with deterministic_attention(self.device, t.deterministic):
+            metrics = ppo_update(
+                self.m.policy, self.m.critic, self.m.optimizers, data, settings, seed=t.seed + step
+            )
         metrics["actor/lr"] = t.actor_lr * scale
         # The update's activations were freed into glibc's heap, which keeps them: return
         # them, or every later rollout and evaluation sizes its decode batches to a machine
