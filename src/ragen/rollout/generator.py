@@ -42,9 +42,10 @@ FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 
 # Largest batch the automatic choice picks: beyond 64 rows a 2-core CPU gains nothing per
-# token, while a GPU's decode step of a small model is mostly fixed cost, whatever the rows.
-_MAX_AUTO_BATCH = {"cpu": 64}
-_MAX_AUTO_BATCH_ACCELERATOR = 256
+# token, while on a GPU rows come almost free (an H200 replayed SmolLM2-135M's decode step
+# in 4.7 ms at 32 rows and 8.2 ms at 128).
+_MAX_AUTO_BATCH_CPU = 64
+_MAX_AUTO_BATCH_GPU = 256
 # Padded tokens per prefill forward: bounds the activation memory of one forward.
 _PREFILL_TOKEN_BUDGET = 16384
 # New prompts sharing fewer opening tokens than this are prefilled whole: too little to save.
@@ -229,7 +230,7 @@ def auto_max_batch(model, longest_tokens: int) -> int:
     """Rows whose KV caches (held about three times over while decoding) fit in free memory."""
     per_row = 3 * _kv_bytes_per_token(model) * max(longest_tokens, 1)
     fit = int(_free_memory(model.device) * _MEMORY_SHARE // per_row)
-    cap = _MAX_AUTO_BATCH.get(model.device.type, _MAX_AUTO_BATCH_ACCELERATOR)
+    cap = _MAX_AUTO_BATCH_CPU if model.device.type == "cpu" else _MAX_AUTO_BATCH_GPU
     return max(1, min(cap, fit))
 
 
