@@ -1,5 +1,6 @@
 # Second call: the GPU checklist (../shared/GPU.md), each step under its own time limit.
-#   bash tools/device/check.sh [STEP...]   steps: tests profile sokoban bench suite (default: all)
+#   bash tools/device/check.sh [STEP...]
+# steps: tests profile sokoban bench paper suite (default: all but paper, in that order)
 set -u
 START=$(date +%s)
 since() { echo "$(( $(date +%s) - START )) s"; }
@@ -27,6 +28,12 @@ sokoban() {
     trainer.eval_every=0 rollout.max_reply_tokens=96 logging.progress=false --out /tmp/sk 2>&1 \
     | grep -v Loading | tail -4
   cp /tmp/sk/metrics.jsonl $OUT/sokoban_gpu_metrics.jsonl 2>/dev/null
+}
+paper() {  # the paper's Sokoban step (400-token replies): 2 steps, then resumed for a third
+  timeout 150 python3 -m ragen train sokoban-gpu trainer.steps=2 trainer.save_every=1 \
+    trainer.eval_every=0 logging.progress=false --out /tmp/paper 2>&1 | grep -v Loading | tail -2
+  timeout 100 python3 -m ragen train --resume /tmp/paper trainer.steps=3 2>&1 | tail -2
+  cp /tmp/paper/metrics.jsonl $OUT/paper_metrics.jsonl 2>/dev/null
 }
 bench() {
   timeout 120 python3 benchmarks/rollout.py --device cuda --out $OUT/rollout_cuda.json 2>&1 | tail -4
