@@ -222,7 +222,10 @@ def _kv_bytes_per_token(model) -> int:
 
 def _free_memory(device: torch.device) -> int:
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+        # The driver counts the blocks torch's allocator keeps cached (after an update, its
+        # activations) as used; torch hands them out again before asking the driver.
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + cached
     return available_memory()
 
 
