@@ -172,3 +172,14 @@ def test_a_gpu_checkpoint_resumes_on_the_cpu(tmp_path):
     )
     assert resumed.start_step == 1 and resumed.device.type == "cpu"
     assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
+
+
+def test_free_memory_counts_what_torch_keeps_cached():
+    from ragen.rollout.generator import _free_memory
+
+    device = torch.device("cuda")
+    before = _free_memory(device)
+    block = torch.empty(2**30, dtype=torch.uint8, device=device)
+    del block  # back in torch's cache, still held from the driver
+    assert torch.cuda.memory_reserved(device) >= 2**30
+    assert abs(_free_memory(device) - before) < 2**26
