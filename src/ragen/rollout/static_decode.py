@@ -35,7 +35,7 @@ class _ColumnLayer(DynamicLayer):
         # kv: (2, B, H_kv, capacity, D); column: (1,) long on kv's device.
         super().__init__()
         self.dtype, self.device, self.is_initialized = kv.dtype, kv.device, True
-        self.column = column
+        self.column, self.capacity = column, kv.shape[3]
         self.keys, self.values = kv[0], kv[1]  # (B, H_kv, capacity, D) views
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -45,7 +45,7 @@ class _ColumnLayer(DynamicLayer):
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
-        return self.keys.shape[2]
+        return self.capacity
 
 
 class _ColumnCache(Cache):
