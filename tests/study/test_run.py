@@ -64,6 +64,9 @@ def test_a_tiny_study_end_to_end(tmp_path, study_file, capsys):
         "keep-half/seed-0": "done",
     }
     assert (out / "report" / "success.png").is_file() and (out / "report" / "summary.md").is_file()
+    # The study reads only the runs' logs: a finished run's checkpoints are given back.
+    assert not (out / "keep-all" / "seed-0" / "checkpoints").exists()
+    assert printed.count("removed its checkpoints") == 2
     result = json.loads((out / outputs.RESULTS_FILE).read_text())
     kept = {}
     for row in result["runs"]:
@@ -96,6 +99,7 @@ def test_a_killed_study_resumes_without_redoing_what_it_finished(tmp_path, study
         runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
     assert calls == [("keep-all", False), ("keep-half", False)]
     finished = (out / "keep-all" / "seed-0" / "metrics.jsonl").read_bytes()
+    assert (out / "keep-half" / "seed-0" / "checkpoints").is_dir()  # unfinished: kept
 
     monkeypatch.setattr(Trainer, "maybe_checkpoint", save)
     calls.clear()
@@ -108,6 +112,16 @@ def test_a_killed_study_resumes_without_redoing_what_it_finished(tmp_path, study
     calls.clear()
     runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
     assert calls == []  # all done: nothing runs again
+
+
+def test_keep_checkpoints_keeps_a_finished_runs_checkpoints(tmp_path, study_file):
+    out = tmp_path / "out"
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)
+    runner.run_all(
+        planned[:1], out, study="tiny", scale="cpu", launch=in_process([]), keep_checkpoints=True
+    )
+    saved = sorted(p.name for p in (out / "keep-all" / "seed-0" / "checkpoints").iterdir())
+    assert saved == ["step_000001", "step_000002"]
 
 
 def test_a_run_folder_without_a_checkpoint_is_set_aside(tmp_path, study_file):

@@ -51,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plan", action="store_true", help="print the runs' commands and stop; nothing runs"
     )
     parser.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="keep each finished run's checkpoints (default: removed, the study reads its logs)",
+    )
+    parser.add_argument(
         "overrides",
         nargs="*",
         help="dotted overrides of every run, after the study's (e.g. model.spec=DIR)",
@@ -77,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(planned)} runs of {key} at scale {args.scale} in {out}")
         return 0
     try:
-        state = run_all(planned, out, study=key, scale=args.scale)
+        state = run_all(
+            planned, out, study=key, scale=args.scale, keep_checkpoints=args.keep_checkpoints
+        )
     except StudyError as err:
         print(f"ragen: {err}", file=sys.stderr)
         return EXIT_FAIL

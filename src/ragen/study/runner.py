@@ -7,6 +7,10 @@ checkpoint is moved aside (``seed-K.incomplete-N``), never deleted. The settings
 recorded run must be the ones the study asks for now, or the study refuses: its figures
 would otherwise mix two configurations.
 
+A finished run's checkpoints are removed unless asked to keep them: the study reads only
+its logs, and at CPU scale one run's checkpoints (model, critic and their optimiser states)
+take 1.5-6 GB, so a few studies filled this machine's disk.
+
 Each run is its own process (`python -m ragen train`), so a run that dies (out of memory,
 a bad level) takes nothing else with it, and the study stops at it, saying how to go on.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -126,10 +131,12 @@ def run_all(
     scale: str,
     launch: Launch = launch_process,
     say: Callable[[str], None] = print,
+    keep_checkpoints: bool = False,
 ) -> StudyState:
     """Run every planned run not yet done, in order; returns the state once all are.
-    Raises StudyError at the first run that fails, RunDirError if another process runs a
-    study in ``out``."""
+    A run that finishes loses its checkpoints unless ``keep_checkpoints``. Raises
+    StudyError at the first run that fails, RunDirError if another process runs a study in
+    ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     with hold(RunDir(out)):
         state = StudyState(out, study, scale)
@@ -160,4 +167,16 @@ def run_all(
                     "command again to go on from this run"
                 )
             state.mark(run, "done")
+            if not keep_checkpoints:
+                _drop_checkpoints(RunDir(run.root), say)
     return state
+
+
+def _drop_checkpoints(run: RunDir, say: Callable[[str], None]) -> None:
+    """Remove a finished run's checkpoints, saying how much space that gave back."""
+    folder = run.checkpoints
+    if not folder.is_dir():
+        return
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    shutil.rmtree(folder)
+    say(f"removed its checkpoints ({size / 2**30:.1f} GiB; --keep-checkpoints keeps them)")
