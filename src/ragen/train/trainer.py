@@ -77,9 +77,10 @@ def use_deterministic_kernels(device: torch.device, on: bool) -> None:
 def deterministic_attention(device: torch.device, on: bool):
     """A context for the update: on CUDA with ``on``, attention on SDPA's math kernels.
 
-    The fused kernels (cuDNN's, the memory-efficient one) add in a varying order in their
-    backward, and torch's warn-only deterministic mode warns and runs them: on an H200 a
-    resumed run's weights came out a few bits off the uninterrupted run's (docs/gpu.md).
+    cuDNN's fused attention adds in a varying order in its backward, and torch's warn-only
+    deterministic mode warns and runs it: on an H200 a resumed run's weights came out a few
+    bits off the uninterrupted run's (docs/gpu.md). The math kernels are plain matrix
+    products and a softmax.
     Forwards alone (rollouts, scoring) add in a fixed order and keep the fused kernels.
     """
     if device.type != "cuda" or not on:
