@@ -1,4 +1,5 @@
-"""The best success any policy can have on the FrozenLake evaluation lakes, by action budget.
+"""The best success any policy can have on the FrozenLake evaluation lakes, by action budget,
+beside two baselines: uniformly random play and walking toward the goal.
 
     python benchmarks/lake_ceiling.py [--n 256] [--budgets 5 10 20 50 100]
 
@@ -7,7 +8,9 @@ use), finite-horizon value iteration over the known slippery dynamics gives the 
 probability of reaching the goal within each budget of actions (`envs.experts`); the table
 is their mean, the ceiling a FrozenLake success rate is read against; on the corner lakes
 (start top-left, goal bottom-right) and on lakes with random ends (``random_ends=true``, as
-RAGEN draws them). Writes
+RAGEN draws them). The floor beside it: a policy that draws each action uniformly, and one
+that always steps toward the goal along its larger offset (row first on a tie), blind to
+holes (`envs.experts.policy_success` on the same table). Writes
 ``benchmarks/results/lake_ceiling.json``. Exact arithmetic on the transition table: no
 sampling, so the numbers do not vary between runs or machines.
 """
@@ -19,26 +22,54 @@ import json
 from pathlib import Path
 
 from ragen import envs
-from ragen.envs.experts import goal_probabilities
-from ragen.envs.frozen_lake import transition_table
+from ragen.envs.experts import goal_probabilities, policy_success
+from ragen.envs.frozen_lake import ACTIONS, transition_table
 from ragen.rollout.loop import EVAL_SEED_BASE
 from ragen.train.evaluator import eval_seeds
 
 RESULTS = Path(__file__).parent / "results"
 
 
+def toward_goal(rows: tuple[str, ...]) -> list[list[float]]:
+    """Per cell, all probability on the action toward the goal along the larger offset
+    (vertical on a tie), whatever the holes: the simplest policy that reads the lake."""
+    size = len(rows)
+    goal_row, goal_col = divmod("".join(rows).index("G"), size)
+    policy = []
+    for cell in range(size * size):
+        row, col = divmod(cell, size)
+        d_row, d_col = goal_row - row, goal_col - col
+        if abs(d_row) >= abs(d_col):
+            word = "Down" if d_row > 0 else "Up"
+        else:
+            word = "Right" if d_col > 0 else "Left"
+        policy.append([1.0 if action == word else 0.0 for action in ACTIONS])
+    return policy
+
+
 def ceilings(
     env_name: str, n: int, budgets: list[int], random_ends: bool = False
-) -> dict[int, float]:
-    """Mean over the evaluation lakes of the optimal success within each budget."""
+) -> dict[str, dict[int, float]]:
+    """Mean over the evaluation lakes of the success within each budget of the optimal
+    policy, of uniform play and of walking toward the goal."""
     env = envs.make(env_name, random_ends=random_ends)
-    totals = dict.fromkeys(budgets, 0.0)
+    totals = {who: dict.fromkeys(budgets, 0.0) for who in ("optimal", "random", "toward_goal")}
+    uniform = [[1.0 / len(ACTIONS)] * len(ACTIONS)] * (env.size * env.size)
     for seed in eval_seeds(n, EVAL_SEED_BASE):
         env.reset(seed)
-        values = goal_probabilities(transition_table(env.rows, env.slippery), max(budgets))
-        for budget in budgets:
-            totals[budget] += values[budget][env.state]
-    return {budget: total / n for budget, total in totals.items()}
+        table = transition_table(env.rows, env.slippery)
+        values = {
+            "optimal": goal_probabilities(table, max(budgets)),
+            "random": policy_success(table, uniform, max(budgets)),
+            "toward_goal": policy_success(table, toward_goal(env.rows), max(budgets)),
+        }
+        for who, per_budget in totals.items():
+            for budget in budgets:
+                per_budget[budget] += values[who][budget][env.state]
+    return {
+        who: {budget: total / n for budget, total in per_budget.items()}
+        for who, per_budget in totals.items()
+    }
 
 
 def main() -> None:
@@ -47,18 +78,23 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[5, 10, 20, 50, 100])
     args = parser.parse_args()
     rows = {}
-    print(f"{'env':<30}" + "".join(f"{b:>9}" for b in args.budgets) + "   (actions)")
+    print(f"{'env':<30}{'policy':<13}" + "".join(f"{b:>9}" for b in args.budgets) + "  (actions)")
     for random_ends in (False, True):
         for env in ("frozen-lake", "frozen-lake-8x8"):
             name = f"{env} random_ends" if random_ends else env
             rows[name] = ceilings(env, args.n, args.budgets, random_ends)
-            print(f"{name:<30}" + "".join(f"{rows[name][b]:>9.2%}" for b in args.budgets))
+            for who, row in rows[name].items():
+                print(f"{name:<30}{who:<13}" + "".join(f"{row[b]:>9.2%}" for b in args.budgets))
     result = {
         "command": "python benchmarks/lake_ceiling.py "
         + f"--n {args.n} --budgets {' '.join(map(str, args.budgets))}",
         "eval_lakes": args.n,
-        "optimal_success": {
-            name: {str(b): round(v, 4) for b, v in r.items()} for name, r in rows.items()
+        **{
+            f"{who}_success": {
+                name: {str(b): round(v, 4) for b, v in per_env[who].items()}
+                for name, per_env in rows.items()
+            }
+            for who in ("optimal", "random", "toward_goal")
         },
     }
     RESULTS.mkdir(exist_ok=True)

@@ -10,6 +10,7 @@ from ragen.envs.experts import (
     goal_probabilities,
     has_expert,
     lake_plan,
+    policy_success,
 )
 from ragen.envs.frozen_lake import transition_table
 from ragen.envs.sokoban import Room, solve
@@ -210,3 +211,32 @@ def test_every_registered_env_has_an_expert_and_others_are_refused():
         expert_move(Other(), 1, 1)
     with pytest.raises(ValueError, match="needs an action"):
         expert_move(envs.make("bandit"), 1, 0)
+
+
+def test_on_a_lake_with_positions_a_located_thought_copies_the_cells_the_lake_gives():
+    env = envs.make("frozen-lake", random_ends=True, spaced=True, positions=True)
+    for seed in SEEDS:
+        observation = env.reset(seed)
+        given = re.search(
+            r"You are at (row \d+, column \d+)\. The goal G is at (row \d+, column \d+)\.",
+            observation,
+        )
+        thought = expert_move(env, 2, 10, "located").thought
+        assert given is not None
+        assert thought.startswith(f"I am at {given[1]}. The goal G is at {given[2]}, ")
+
+
+def test_policy_success_of_uniform_and_fixed_play_by_hand():
+    # Goal right of the start: on the slippery ice every action but Left slides Right w.p.
+    # 1/3, so one uniform action reaches it w.p. 3/4 * 1/3 = 1/4 and Right alone w.p. 1/3;
+    # the optimal policy is no better than Right within one action.
+    table = transition_table(("SG", "FF"), True)
+    uniform = [[0.25] * 4] * 4
+    right = [[0.0, 0.0, 1.0, 0.0]] * 4
+    assert policy_success(table, uniform, 1)[1][0] == pytest.approx(1 / 4)
+    assert policy_success(table, right, 1)[1][0] == pytest.approx(1 / 3)
+    assert goal_probabilities(table, 1)[1][0] == pytest.approx(1 / 3)
+    # On ice that does not slip, Right reaches it at once and Down never does.
+    still = transition_table(("SG", "FF"), False)
+    assert policy_success(still, right, 3)[3][0] == 1.0
+    assert policy_success(still, [[0.0, 1.0, 0.0, 0.0]] * 4, 3)[3][0] == 0.0

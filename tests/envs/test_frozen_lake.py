@@ -8,6 +8,7 @@ from ragen.envs.base import GenerationError
 from ragen.envs.frozen_lake import (
     FrozenLakeEnv,
     _demo_thought,
+    describe_positions,
     draw,
     generate_map,
     holes_beside,
@@ -136,6 +137,7 @@ def test_the_action_budget_truncates():
         ({"slippery": "yes"}, r"slippery must be True or False"),
         ({"spaced": 1}, r"spaced must be True or False, got 1"),
         ({"random_ends": "yes"}, r"random_ends must be True or False, got 'yes'"),
+        ({"positions": "no"}, r"positions must be True or False, got 'no'"),
         ({"max_actions": 0}, r"max_actions must be >= 1"),
         # A lake that cannot be made would otherwise be redrawn for hours.
         ({"max_tries": 10**12}, r"max_tries must be between 1 and 10000, got 1000000000000"),
@@ -275,3 +277,43 @@ def test_random_end_demonstrations_walk_their_own_lakes_from_no_fixed_first_move
         results = walk(played.rows, demo.answer)
         assert len(demo.answer) == shortest_length(played.rows)
         assert results[-1].info["success"] and not any(r.terminated for r in results[:-1])
+
+
+def test_positions_place_the_player_goal_and_holes_by_row_and_column_from_one():
+    rows = ("FHF", "HSF", "GFF")
+    assert describe_positions(rows, 4) == (
+        "You are at row 2, column 2. The goal G is at row 3, column 1. "
+        "Holes O are at: row 1, column 2; row 2, column 1."
+    )
+    assert describe_positions(("SH", "FG"), 2) == (
+        "You are at row 2, column 1. The goal G is at row 2, column 2. "
+        "A hole O is at row 1, column 2."
+    )
+    assert describe_positions(("SF", "FG"), 3).endswith("There is no hole.")
+    assert draw(rows, 4, spaced=True, positions=True) == (
+        "_ O _\nO P _\nG _ _\n" + describe_positions(rows, 4)
+    )
+
+
+def test_a_lake_with_positions_follows_the_player_and_draws_the_same_lake_above():
+    plain, placed = FrozenLakeEnv(spaced=True), FrozenLakeEnv(spaced=True, positions=True)
+    first = placed.reset(0)
+    assert first == plain.reset(0) + "\n" + describe_positions(SEED_0_MAP, 0)
+    for action in ("Right", "Right", "Down", "Left"):
+        seen, expected = placed.step(action), plain.step(action)
+        assert seen.observation.startswith(expected.observation + "\nYou are at ")
+        row, col = divmod(placed.state, 4)
+        assert f"You are at row {row + 1}, column {col + 1}." in seen.observation
+        if seen.terminated:
+            break
+
+
+def test_with_positions_the_worked_turns_give_rows_and_columns_in_their_thoughts():
+    rows = ("FHF", "HSF", "GFF")
+    assert _demo_thought(rows, "Down", located=True) == (
+        "I am at row 2, column 2. The goal G is at row 3, column 1, 1 below and 1 left of me. "
+        "Holes O are 1 left of me and 1 above me, so I go Down."
+    )
+    for demo in FrozenLakeEnv(random_ends=True, positions=True).demonstrations():
+        assert "\nYou are at row " in demo.observation
+        assert demo.thought.startswith("I am at row ")

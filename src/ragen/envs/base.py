@@ -255,6 +255,12 @@ def match_action(lookup: dict[str, str], text: str) -> str | None:
     return lookup.get(text.strip().casefold())
 
 
+def grid_cell(cell: int, width: int) -> str:
+    """A cell of a grid ``width`` wide as "row R, column C", counted from 1 at the top-left."""
+    row, col = divmod(cell, width)
+    return f"row {row + 1}, column {col + 1}"
+
+
 def relative_position(d_row: int, d_col: int, anchor: str) -> str:
     """Where a cell lies from `anchor`, in words: (1, -2, "me") is "1 below and 2 left of me".
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ragen.config import EXPERT_THOUGHTS
 from ragen.envs.bandit import BanditEnv
-from ragen.envs.base import relative_position
+from ragen.envs.base import grid_cell, relative_position
 from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
 from ragen.envs.frozen_lake import FrozenLakeEnv, holes_beside, transition_table
@@ -90,12 +90,6 @@ def expert_move(env, max_actions: int, actions_left: int, thought: str = "relati
 _PUSH_FROM = {"Up": "below", "Down": "above", "Left": "right of", "Right": "left of"}
 
 
-def _at(cell: int, width: int) -> str:
-    """A cell of a grid ``width`` wide as "row R, column C", counted from 1 at the top-left."""
-    row, col = divmod(cell, width)
-    return f"row {row + 1}, column {col + 1}"
-
-
 def _sokoban(env: SokobanEnv, limit: int, located: bool) -> ExpertMove:
     room = env.room
     solution = solve(room)
@@ -124,9 +118,9 @@ def _sokoban_thought(
     where_target = relative_cell(box, target, width, "it")
     mine = ""
     if located:
-        mine = f"I am at {_at(room.player, width)}. "
-        where_box = f"at {_at(box, width)}, {where_box}"
-        where_target = f"at {_at(target, width)}, {where_target}"
+        mine = f"I am at {grid_cell(room.player, width)}. "
+        where_box = f"at {grid_cell(box, width)}, {where_box}"
+        where_target = f"at {grid_cell(target, width)}, {where_target}"
     facts = (
         f"{mine}{article} box {symbols['box']} is {where_box}. "
         f"{article} target {symbols['target']} is {where_target}. "
@@ -162,6 +156,27 @@ def goal_probabilities(table: tuple, horizon: int) -> list[list[float]]:
                     for acts in outcomes
                 )
                 for outcomes in table
+            ]
+        )
+    return values
+
+
+def policy_success(table: tuple, policy: list[list[float]], horizon: int) -> list[list[float]]:
+    """``values[k][s]``: the probability of reaching the goal from ``s`` within ``k`` actions
+    when every action is drawn from ``policy[s]`` (four probabilities, in ACTIONS order): a
+    fixed policy's counterpart of `goal_probabilities`, for baselines such as uniform play.
+    """
+    values = [[0.0] * len(table)]
+    for _ in range(horizon):
+        before = values[-1]
+        values.append(
+            [
+                sum(
+                    chance * p * (reward + (0.0 if done else before[s]))
+                    for chance, acts in zip(policy[state], outcomes, strict=True)
+                    for p, s, reward, done in acts
+                )
+                for state, outcomes in enumerate(table)
             ]
         )
     return values
@@ -241,7 +256,10 @@ def _frozen_lake(env: FrozenLakeEnv, limit: int, actions_left: int, located: boo
     where_goal = relative_position(goal_row - row, goal_col - col, "me")
     goal = f"The goal G is {where_goal}."
     if located:
-        goal = f"I am at {_at(state, size)}. The goal G is at {_at(goal_cell, size)}, {where_goal}."
+        goal = (
+            f"I am at {grid_cell(state, size)}. "
+            f"The goal G is at {grid_cell(goal_cell, size)}, {where_goal}."
+        )
     beside = holes_beside(rows, state)
     chance = f"{probability:.0%}" if probability > 0 else "no"
     unit = "action" if actions_left == 1 else "actions"

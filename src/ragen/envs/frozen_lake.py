@@ -11,7 +11,9 @@ Maps use gymnasium's letters internally (S start, F frozen, H hole, G goal) so t
 handed to gymnasium unchanged. The start is the top-left corner and the goal the
 bottom-right one, as gymnasium draws them; with ``random_ends`` both sit on random distinct
 cells, as RAGEN's own lakes do (which puts many goals a few steps away: within 10 actions
-the best policy reaches them far more often, see benchmarks/lake_ceiling.py).
+the best policy reaches them far more often, see benchmarks/lake_ceiling.py). With
+``positions`` a line under the lake gives the row and column of the player, the goal and
+each hole, so that a model need not count cells to place them.
 The agent sees other symbols: P player, _ frozen, O hole, G goal, X player in a hole,
 √ player on the goal.
 """
@@ -31,6 +33,7 @@ from ragen.envs.base import (
     check_bool,
     check_int,
     check_probability,
+    grid_cell,
     info,
     relative_position,
 )
@@ -181,15 +184,34 @@ def transition_table(rows: tuple[str, ...], slippery: bool = True) -> _Transitio
     return tuple(table)
 
 
-def draw(rows: tuple[str, ...], state: int, spaced: bool = False) -> str:
+def draw(rows: tuple[str, ...], state: int, spaced: bool = False, positions: bool = False) -> str:
     """The lake as the agent sees it, with the player on cell `state`; `spaced` puts a space
-    between cells."""
+    between cells, `positions` adds the line of `describe_positions`."""
     size = len(rows)
     cells = [[_TILE[t] for t in line] for line in rows]
     row, col = divmod(state, size)
     cells[row][col] = _PLAYER[rows[row][col]]
     gap = " " if spaced else ""
-    return "\n".join(gap.join(line) for line in cells)
+    lake = "\n".join(gap.join(line) for line in cells)
+    return f"{lake}\n{describe_positions(rows, state)}" if positions else lake
+
+
+def describe_positions(rows: tuple[str, ...], state: int) -> str:
+    """Where the player, the goal and the holes are, counted from row 1, column 1 at the
+    top-left: "You are at row 4, column 4. The goal G is at row 1, column 2. Holes O are at:
+    row 2, column 3; row 3, column 1." (holes in reading order)."""
+    size, flat = len(rows), "".join(rows)
+    holes = [grid_cell(cell, size) for cell, tile in enumerate(flat) if tile == "H"]
+    if not holes:
+        where_holes = "There is no hole."
+    elif len(holes) == 1:
+        where_holes = f"A hole {_TILE['H']} is at {holes[0]}."
+    else:
+        where_holes = f"Holes {_TILE['H']} are at: {'; '.join(holes)}."
+    return (
+        f"You are at {grid_cell(state, size)}. The goal {_TILE['G']} is at "
+        f"{grid_cell(flat.index('G'), size)}. {where_holes}"
+    )
 
 
 class FrozenLakeEnv:
@@ -199,7 +221,8 @@ class FrozenLakeEnv:
     spaced (a space between cells: SmolLM2's tokenizer merges runs such as `___` into one
     token, so only the spaced lake gives every cell its own token), random_ends (start and
     goal on random distinct cells, as RAGEN's lakes, instead of the top-left and
-    bottom-right corners).
+    bottom-right corners), positions (a line under the lake with the row and column of the
+    player, the goal and the holes).
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -213,12 +236,14 @@ class FrozenLakeEnv:
         max_tries: int = 1000,
         spaced: bool = False,
         random_ends: bool = False,
+        positions: bool = False,
     ) -> None:
         self.size = check_int("size", size, 2, MAX_SIZE)
         self.p = check_probability("p", p, allow_zero=False)
         self.slippery = check_bool("slippery", slippery)
         self.spaced = check_bool("spaced", spaced)
         self.random_ends = check_bool("random_ends", random_ends)
+        self.positions = check_bool("positions", positions)
         self.max_tries = check_int("max_tries", max_tries, 1, MAX_TRIES)
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
@@ -261,11 +286,12 @@ class FrozenLakeEnv:
                 max_tries=self.max_tries,
                 spaced=self.spaced,
                 random_ends=self.random_ends,
+                positions=self.positions,
             )
             observation = other.reset(seed)
             path = shortest_path(other.rows)
             assert path is not None  # generate_map deals only lakes with a path to the goal
-            thought = _demo_thought(other.rows, path[0])
+            thought = _demo_thought(other.rows, path[0], located=self.positions)
             worked.append(Demonstration(other.instructions(), observation, thought, tuple(path)))
         return tuple(worked)
 
@@ -322,7 +348,9 @@ class FrozenLakeEnv:
             return ""
         view = self._views[self._state]
         if view is None:
-            view = self._views[self._state] = draw(self.rows, self._state, self.spaced)
+            view = self._views[self._state] = draw(
+                self.rows, self._state, self.spaced, self.positions
+            )
         return view
 
     @property
@@ -350,11 +378,17 @@ def holes_beside(rows: tuple[str, ...], cell: int) -> str:
     return f"Holes {_TILE['H']} are {', '.join(holes[:-1])} and {holes[-1]}."
 
 
-def _demo_thought(rows: tuple[str, ...], first: str) -> str:
-    """A short true note on a lake's start: where the goal is, the holes beside the player."""
+def _demo_thought(rows: tuple[str, ...], first: str, located: bool = False) -> str:
+    """A short true note on a lake's start: where the goal is, the holes beside the player;
+    `located` first gives the player's and the goal's row and column (as `positions` shows
+    them)."""
     size, start = len(rows), start_cell(rows)
     row, col = divmod(start, size)
-    goal_row, goal_col = divmod("".join(rows).index("G"), size)
+    goal = "".join(rows).index("G")
+    goal_row, goal_col = divmod(goal, size)
     where = relative_position(goal_row - row, goal_col - col, "me")
+    if located:
+        where = f"at {grid_cell(goal, size)}, {where}"
+    mine = f"I am at {grid_cell(start, size)}. " if located else ""
     beside = holes_beside(rows, start).removesuffix(".")
-    return f"The goal {_TILE['G']} is {where}. {beside}, so I go {first}."
+    return f"{mine}The goal {_TILE['G']} is {where}. {beside}, so I go {first}."

@@ -1,0 +1,106 @@
+"""Do a FrozenLake agent's thoughts place the goal where the lake shows it?
+
+    python benchmarks/grounding.py EPISODES.jsonl [...] [--out NAME]
+
+Reads saved episodes (a run's ``eval-*/trajectories/eval.jsonl`` or ``trajectories/*.jsonl``)
+and, for every turn whose thought says where the goal is ("The goal G is 2 above and 1 left
+of me.", or the located form "I am at row 3, column 2. The goal G is at row 1, column 1, 2
+above and 1 left of me."), compares what it says with the lake drawn in that turn's
+observation: the goal's offset from the player, and where the thought gives rows and
+columns, the player's and the goal's cells. A model that reads the lake says them right; one
+that learned the sentence alone says them right about as often as chance: ``offset_chance``
+is the share a thought would get right if its offset were said of another turn's lake drawn
+at random (the sum over offsets of how often each is said times how often it is true). Prints a
+table; with ``--out NAME`` writes ``benchmarks/results/grounding_NAME.json``. No model runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+from ragen.envs.base import grid_cell, relative_position
+from ragen.monitor.jsonl import read_jsonl
+
+RESULTS = Path(__file__).parent / "results"
+_PLAYER = "PX√"  # the player on ice, in a hole, on the goal
+_GOAL_SAID = re.compile(r"The goal G is (?:at (row \d+, column \d+), )?(.*? me)\.")
+_ME_SAID = re.compile(r"I am at (row \d+, column \d+)\.")
+
+
+def lake_of(observation: str) -> tuple[str, ...]:
+    """The lake's rows from an observation (spaced or not; a positions line is skipped)."""
+    rows = [line.replace(" ", "") for line in observation.splitlines()]
+    return tuple(row for row in rows if row and not row.startswith("You"))
+
+
+def grade_turn(observation: str, thought: str) -> tuple[str, str, dict[str, bool]] | None:
+    """The goal's offset a turn's thought gives, the lake's true one, and what the thought
+    got right: ``offset``, and ``me`` / ``goal`` (the cells) where it names them; None when
+    the thought does not say where the goal is or the lake shows no goal (the player is on
+    it)."""
+    rows = lake_of(observation)
+    flat, size = "".join(rows), len(rows)
+    said = _GOAL_SAID.search(thought or "")
+    if said is None or "G" not in flat:
+        return None
+    me = next(cell for cell, tile in enumerate(flat) if tile in _PLAYER)
+    goal = flat.index("G")
+    (row, col), (goal_row, goal_col) = divmod(me, size), divmod(goal, size)
+    true = relative_position(goal_row - row, goal_col - col, "me")
+    grades = {"offset": said[2] == true}
+    if said[1] is not None:
+        grades["goal"] = said[1] == grid_cell(goal, size)
+        mine = _ME_SAID.search(thought)
+        grades["me"] = mine is not None and mine[1] == grid_cell(me, size)
+    return said[2], true, grades
+
+
+def grade_file(path: Path) -> dict[str, float | int]:
+    """Over every graded turn of a file: how many, the share right of each kind, and the
+    offset's chance share (see the module docstring)."""
+    totals: dict[str, int] = {}
+    said_counts: Counter[str] = Counter()
+    true_counts: Counter[str] = Counter()
+    for episode in read_jsonl(path).records:
+        for turn in episode["turns"]:
+            graded = grade_turn(turn["observation"], turn.get("think") or "")
+            if graded is None:
+                continue
+            said, true, grades = graded
+            said_counts[said] += 1
+            true_counts[true] += 1
+            for key, right in grades.items():
+                totals[key] = totals.get(key, 0) + int(right)
+    turns = sum(said_counts.values())
+    if not turns:
+        return {"turns": 0}
+    chance = sum(n * true_counts[offset] for offset, n in said_counts.items()) / turns**2
+    shares = {f"{key}_right": totals[key] / turns for key in sorted(totals)}
+    return {"turns": turns, **shares, "offset_chance": chance}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("episodes", nargs="+", type=Path, help="saved episodes (JSONL)")
+    parser.add_argument("--out", help="write benchmarks/results/grounding_OUT.json")
+    args = parser.parse_args()
+    rows = {str(path): grade_file(path) for path in args.episodes}
+    keys = ("offset_right", "offset_chance", "me_right", "goal_right")
+    print(f"{'episodes':<64}{'turns':>7}{'offset':>9}{'chance':>9}{'me':>9}{'goal':>9}")
+    for name, row in rows.items():
+        cells = "".join(f"{row[key]:>9.1%}" if key in row else f"{'-':>9}" for key in keys)
+        print(f"{name[-64:]:<64}{row['turns']:>7}{cells}")
+    if args.out:
+        RESULTS.mkdir(exist_ok=True)
+        path = RESULTS / f"grounding_{args.out}.json"
+        command = "python benchmarks/grounding.py " + " ".join(map(str, args.episodes))
+        path.write_text(json.dumps({"command": command, "files": rows}, indent=2) + "\n")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""benchmarks/grounding.py: grading a FrozenLake thought against the lake it was written on."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragen import envs
+from ragen.envs.experts import expert_move
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+import grounding
+
+LAKE = "_ _ O\nO P _\nG _ _"  # player row 2, column 2; goal 1 below and 1 left
+
+
+def test_a_thought_is_graded_against_the_lake_drawn_above_it():
+    right = "The goal G is 1 below and 1 left of me. Holes O are 1 left of me, so I go Down."
+    assert grounding.grade_turn(LAKE, right) == (
+        "1 below and 1 left of me",
+        "1 below and 1 left of me",
+        {"offset": True},
+    )
+    said, _, grades = grounding.grade_turn(LAKE, "The goal G is 2 above me. I go Up.")
+    assert (said, grades) == ("2 above me", {"offset": False})
+    located = "I am at row 2, column 2. The goal G is at row 3, column 2, 1 below and 1 left of me."
+    assert grounding.grade_turn(LAKE + "\nYou are at row 2, column 2.", located)[2] == {
+        "offset": True,
+        "goal": False,  # the goal is at row 3, column 1
+        "me": True,
+    }
+    assert grounding.grade_turn(LAKE, "I go Down.") is None
+    assert grounding.grade_turn("_ _\n_ √", "The goal G is 1 above me.") is None
+
+
+def test_the_experts_thoughts_are_all_right_and_chance_is_the_offsets_overlap(tmp_path):
+    env = envs.make("frozen-lake", random_ends=True, spaced=True, positions=True)
+    lines = []
+    for seed in range(40):
+        observation = env.reset(seed)
+        thought = expert_move(env, 2, 10, "located").thought
+        lines.append(json.dumps({"turns": [{"observation": observation, "think": thought}]}))
+    path = tmp_path / "eval.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    graded = grounding.grade_file(path)
+    assert graded["turns"] == 40
+    assert graded["offset_right"] == graded["me_right"] == graded["goal_right"] == 1.0
+    # Said and true offsets are the same list, so chance is the sum of squared shares.
+    offsets = [grounding.grade_turn(*_turn(line))[1] for line in lines]
+    shares = [offsets.count(o) / 40 for o in set(offsets)]
+    assert graded["offset_chance"] == pytest.approx(sum(share * share for share in shares))
+
+
+def _turn(line: str) -> tuple[str, str]:
+    turn = json.loads(line)["turns"][0]
+    return turn["observation"], turn["think"]
