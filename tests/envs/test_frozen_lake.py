@@ -5,9 +5,11 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymnasiumFrozen
 
 from ragen import envs
 from ragen.envs.base import GenerationError
+from ragen.envs.experts import expert_move
 from ragen.envs.frozen_lake import (
     FrozenLakeEnv,
     _demo_thought,
+    describe_offsets,
     describe_positions,
     draw,
     generate_map,
@@ -138,6 +140,7 @@ def test_the_action_budget_truncates():
         ({"spaced": 1}, r"spaced must be True or False, got 1"),
         ({"random_ends": "yes"}, r"random_ends must be True or False, got 'yes'"),
         ({"positions": "no"}, r"positions must be True or False, got 'no'"),
+        ({"offsets": 2}, r"offsets must be True or False, got 2"),
         ({"max_actions": 0}, r"max_actions must be >= 1"),
         # A lake that cannot be made would otherwise be redrawn for hours.
         ({"max_tries": 10**12}, r"max_tries must be between 1 and 10000, got 1000000000000"),
@@ -317,3 +320,25 @@ def test_with_positions_the_worked_turns_give_rows_and_columns_in_their_thoughts
     for demo in FrozenLakeEnv(random_ends=True, positions=True).demonstrations():
         assert "\nYou are at row " in demo.observation
         assert demo.thought.startswith("I am at row ")
+
+
+def test_offsets_say_where_the_goal_and_the_holes_beside_lie_from_the_player():
+    rows = ("FHF", "HSF", "GFF")
+    assert describe_offsets(rows, 4) == (
+        "The goal G is 1 below and 1 left of you. Holes O are 1 left of you and 1 above you."
+    )
+    assert describe_offsets(rows, 8) == "The goal G is 2 left of you. No hole is beside you."
+    assert describe_offsets(rows, 6) == "A hole O is 1 above you."  # on the goal: holes only
+    assert draw(rows, 4, spaced=True, positions=True, offsets=True) == "\n".join(
+        ["_ O _\nO P _\nG _ _", describe_positions(rows, 4), describe_offsets(rows, 4)]
+    )
+
+
+def test_with_offsets_the_relative_thought_is_the_lines_words_about_me():
+    env = FrozenLakeEnv(random_ends=True, spaced=True, offsets=True)
+    for seed in range(30):
+        said = env.reset(seed).splitlines()[-1]
+        assert expert_move(env, 2, 10).thought.startswith(said.replace("you", "me"))
+    for demo in env.demonstrations():
+        said = demo.observation.splitlines()[-1]
+        assert demo.thought.startswith(said.replace("you", "me").removesuffix("."))

@@ -13,7 +13,9 @@ bottom-right one, as gymnasium draws them; with ``random_ends`` both sit on rand
 cells, as RAGEN's own lakes do (which puts many goals a few steps away: within 10 actions
 the best policy reaches them far more often, see benchmarks/lake_ceiling.py). With
 ``positions`` a line under the lake gives the row and column of the player, the goal and
-each hole, so that a model need not count cells to place them.
+each hole, so that a model need not count cells to place them; with ``offsets`` a line says
+where the goal and the holes beside the player lie from it, so that it need not subtract
+them either.
 The agent sees other symbols: P player, _ frozen, O hole, G goal, X player in a hole,
 √ player on the goal.
 """
@@ -184,16 +186,41 @@ def transition_table(rows: tuple[str, ...], slippery: bool = True) -> _Transitio
     return tuple(table)
 
 
-def draw(rows: tuple[str, ...], state: int, spaced: bool = False, positions: bool = False) -> str:
+def draw(
+    rows: tuple[str, ...],
+    state: int,
+    spaced: bool = False,
+    positions: bool = False,
+    offsets: bool = False,
+) -> str:
     """The lake as the agent sees it, with the player on cell `state`; `spaced` puts a space
-    between cells, `positions` adds the line of `describe_positions`."""
+    between cells, `positions` adds the line of `describe_positions`, `offsets` the line of
+    `describe_offsets`."""
     size = len(rows)
     cells = [[_TILE[t] for t in line] for line in rows]
     row, col = divmod(state, size)
     cells[row][col] = _PLAYER[rows[row][col]]
     gap = " " if spaced else ""
     lake = "\n".join(gap.join(line) for line in cells)
-    return f"{lake}\n{describe_positions(rows, state)}" if positions else lake
+    lines = [lake]
+    if positions:
+        lines.append(describe_positions(rows, state))
+    if offsets and "G" in "".join(rows):
+        lines.append(describe_offsets(rows, state))
+    return "\n".join(lines)
+
+
+def describe_offsets(rows: tuple[str, ...], state: int) -> str:
+    """Where the goal and the holes beside the player lie from it: "The goal G is 3 above
+    and 2 left of you. A hole O is 1 above you." Nothing is said of the goal the player
+    stands on."""
+    size, flat = len(rows), "".join(rows)
+    row, col = divmod(state, size)
+    goal_row, goal_col = divmod(flat.index("G"), size)
+    if (goal_row, goal_col) == (row, col):
+        return holes_beside(rows, state, "you")
+    where = relative_position(goal_row - row, goal_col - col, "you")
+    return f"The goal {_TILE['G']} is {where}. {holes_beside(rows, state, 'you')}"
 
 
 def describe_positions(rows: tuple[str, ...], state: int) -> str:
@@ -222,7 +249,8 @@ class FrozenLakeEnv:
     token, so only the spaced lake gives every cell its own token), random_ends (start and
     goal on random distinct cells, as RAGEN's lakes, instead of the top-left and
     bottom-right corners), positions (a line under the lake with the row and column of the
-    player, the goal and the holes).
+    player, the goal and the holes), offsets (a line with the goal's place from the player
+    and the holes beside it).
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -237,6 +265,7 @@ class FrozenLakeEnv:
         spaced: bool = False,
         random_ends: bool = False,
         positions: bool = False,
+        offsets: bool = False,
     ) -> None:
         self.size = check_int("size", size, 2, MAX_SIZE)
         self.p = check_probability("p", p, allow_zero=False)
@@ -244,6 +273,7 @@ class FrozenLakeEnv:
         self.spaced = check_bool("spaced", spaced)
         self.random_ends = check_bool("random_ends", random_ends)
         self.positions = check_bool("positions", positions)
+        self.offsets = check_bool("offsets", offsets)
         self.max_tries = check_int("max_tries", max_tries, 1, MAX_TRIES)
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
@@ -287,6 +317,7 @@ class FrozenLakeEnv:
                 spaced=self.spaced,
                 random_ends=self.random_ends,
                 positions=self.positions,
+                offsets=self.offsets,
             )
             observation = other.reset(seed)
             path = shortest_path(other.rows)
@@ -349,7 +380,7 @@ class FrozenLakeEnv:
         view = self._views[self._state]
         if view is None:
             view = self._views[self._state] = draw(
-                self.rows, self._state, self.spaced, self.positions
+                self.rows, self._state, self.spaced, self.positions, self.offsets
             )
         return view
 
@@ -359,20 +390,21 @@ class FrozenLakeEnv:
         return self._state
 
 
-def holes_beside(rows: tuple[str, ...], cell: int) -> str:
+def holes_beside(rows: tuple[str, ...], cell: int, anchor: str = "me") -> str:
     """A sentence on the holes next to ``cell`` (in ACTIONS order): "No hole is beside me.",
-    "A hole O is 1 below me." or "Holes O are 1 left of me and 1 below me."."""
+    "A hole O is 1 below me." or "Holes O are 1 left of me and 1 below me." (``anchor``
+    names the player)."""
     size = len(rows)
     row, col = divmod(cell, size)
     holes = [
-        relative_position(d_row, d_col, "me")
+        relative_position(d_row, d_col, anchor)
         for d_row, d_col in _MOVES
         if 0 <= row + d_row < size
         and 0 <= col + d_col < size
         and rows[row + d_row][col + d_col] == "H"
     ]
     if not holes:
-        return "No hole is beside me."
+        return f"No hole is beside {anchor}."
     if len(holes) == 1:
         return f"A hole {_TILE['H']} is {holes[0]}."
     return f"Holes {_TILE['H']} are {', '.join(holes[:-1])} and {holes[-1]}."
