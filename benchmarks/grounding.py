@@ -10,8 +10,12 @@ observation: the goal's offset from the player, and where the thought gives rows
 columns, the player's and the goal's cells. A model that reads the lake says them right; one
 that learned the sentence alone says them right about as often as chance: ``offset_chance``
 is the share a thought would get right if its offset were said of another turn's lake drawn
-at random (the sum over offsets of how often each is said times how often it is true). Prints a
-table; with ``--out NAME`` writes ``benchmarks/results/grounding_NAME.json``. No model runs.
+at random (the sum over offsets of how often each is said times how often it is true). The
+first action of every turn is graded too: ``toward_action``, the share that steps toward the
+goal along its larger offset (vertical on a tie; uniform play: 25%), and ``top_action``, the
+share of the most frequent first action (a policy that ignores the lake plays one action
+whatever it shows). Prints a table; with ``--out NAME`` writes
+``benchmarks/results/grounding_NAME.json``. No model runs.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ _ME_SAID = re.compile(r"I am at (row \d+, column \d+)\.")
 
 
 def lake_of(observation: str) -> tuple[str, ...]:
-    """The lake's rows from an observation (spaced or not; a positions line is skipped)."""
+    """The lake's rows from an observation, spaced or not; the lines in words under it
+    (``positions``, ``offsets``) are skipped."""
     rows = [line.replace(" ", "") for line in observation.splitlines()]
-    return tuple(row for row in rows if row and not row.startswith("You"))
+    return tuple(row for row in rows if row and not any(c.islower() for c in row))
 
 
 def grade_turn(observation: str, thought: str) -> tuple[str, str, dict[str, bool]] | None:
@@ -59,7 +64,43 @@ def grade_turn(observation: str, thought: str) -> tuple[str, str, dict[str, bool
     return said[2], true, grades
 
 
-def grade_file(path: Path) -> dict[str, float | int]:
+def toward_goal(rows: tuple[str, ...]) -> str | None:
+    """The action that steps toward the goal along the larger offset (vertical on a tie);
+    None when the player stands on the goal or the lake shows none."""
+    flat, size = "".join(rows), len(rows)
+    if "G" not in flat:
+        return None
+    me = next(cell for cell, tile in enumerate(flat) if tile in _PLAYER)
+    (row, col), (goal_row, goal_col) = divmod(me, size), divmod(flat.index("G"), size)
+    if abs(goal_row - row) >= abs(goal_col - col):
+        return "Down" if goal_row > row else "Up"
+    return "Right" if goal_col > col else "Left"
+
+
+def grade_actions(path: Path) -> dict:
+    """Turns that acted on a lake with a goal, the share whose first action steps toward
+    it, and the share of the most frequent first action."""
+    firsts: Counter[str] = Counter()
+    toward = 0
+    for episode in read_jsonl(path).records:
+        for turn in episode["turns"]:
+            step = toward_goal(lake_of(turn["observation"]))
+            if not turn.get("actions") or step is None:
+                continue
+            firsts[turn["actions"][0]] += 1
+            toward += turn["actions"][0] == step
+    acted = sum(firsts.values())
+    if not acted:
+        return {"acted": 0}
+    return {
+        "acted": acted,
+        "toward_action": toward / acted,
+        "top_action": max(firsts.values()) / acted,
+        "first_actions": dict(firsts.most_common()),
+    }
+
+
+def grade_file(path: Path) -> dict:
     """Over every graded turn of a file: how many, the share right of each kind, and the
     offset's chance share (see the module docstring)."""
     totals: dict[str, int] = {}
@@ -77,10 +118,10 @@ def grade_file(path: Path) -> dict[str, float | int]:
                 totals[key] = totals.get(key, 0) + int(right)
     turns = sum(said_counts.values())
     if not turns:
-        return {"turns": 0}
+        return {"turns": 0, **grade_actions(path)}
     chance = sum(n * true_counts[offset] for offset, n in said_counts.items()) / turns**2
     shares = {f"{key}_right": totals[key] / turns for key in sorted(totals)}
-    return {"turns": turns, **shares, "offset_chance": chance}
+    return {"turns": turns, **shares, "offset_chance": chance, **grade_actions(path)}
 
 
 def main() -> None:
@@ -89,8 +130,16 @@ def main() -> None:
     parser.add_argument("--out", help="write benchmarks/results/grounding_OUT.json")
     args = parser.parse_args()
     rows = {str(path): grade_file(path) for path in args.episodes}
-    keys = ("offset_right", "offset_chance", "me_right", "goal_right")
-    print(f"{'episodes':<64}{'turns':>7}{'offset':>9}{'chance':>9}{'me':>9}{'goal':>9}")
+    keys = (
+        "offset_right",
+        "offset_chance",
+        "me_right",
+        "goal_right",
+        "toward_action",
+        "top_action",
+    )
+    heads = ("offset", "chance", "me", "goal", "toward", "top act")
+    print(f"{'episodes':<64}{'turns':>7}" + "".join(f"{h:>9}" for h in heads))
     for name, row in rows.items():
         cells = "".join(f"{row[key]:>9.1%}" if key in row else f"{'-':>9}" for key in keys)
         print(f"{name[-64:]:<64}{row['turns']:>7}{cells}")

@@ -30,6 +30,8 @@ def test_a_thought_is_graded_against_the_lake_drawn_above_it():
         "goal": False,  # the goal is at row 3, column 1
         "me": True,
     }
+    offsets = LAKE + "\nThe goal G is 1 below and 1 left of you. A hole O is 1 left of you."
+    assert grounding.grade_turn(offsets, right)[2] == {"offset": True}
     assert grounding.grade_turn(LAKE, "I go Down.") is None
     assert grounding.grade_turn("_ _\n_ √", "The goal G is 1 above me.") is None
 
@@ -55,3 +57,24 @@ def test_the_experts_thoughts_are_all_right_and_chance_is_the_offsets_overlap(tm
 def _turn(line: str) -> tuple[str, str]:
     turn = json.loads(line)["turns"][0]
     return turn["observation"], turn["think"]
+
+
+def test_first_actions_are_graded_against_the_step_toward_the_goal(tmp_path):
+    assert grounding.toward_goal(grounding.lake_of(LAKE)) == "Down"  # 1 below, 1 left: a tie
+    assert grounding.toward_goal(("P_G", "___", "___")) == "Right"
+    assert grounding.toward_goal(("__", "_√")) is None
+    turns = [
+        {"observation": LAKE, "think": "", "actions": ["Down", "Left"]},
+        {"observation": LAKE, "think": "", "actions": ["Up"]},
+        {"observation": "P _ G\n_ _ _\n_ _ _", "think": "", "actions": ["Up"]},
+        {"observation": LAKE, "think": "", "actions": []},  # no action: not graded
+    ]
+    path = tmp_path / "eval.jsonl"
+    path.write_text(json.dumps({"turns": turns}) + "\n")
+    graded = grounding.grade_actions(path)
+    assert graded == {
+        "acted": 3,
+        "toward_action": 1 / 3,
+        "top_action": 2 / 3,
+        "first_actions": {"Up": 2, "Down": 1},
+    }

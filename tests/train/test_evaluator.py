@@ -4,7 +4,9 @@ from tests.rollout.test_trajectory import _two_turn_trajectory
 from ragen import config
 from ragen.envs.sokoban import SokobanEnv
 from ragen.rollout.backends import make_generator
-from ragen.rollout.loop import EVAL_SEED_BASE
+from ragen.rollout.generator import kept_cache_episodes
+from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec
+from ragen.train import evaluator
 from ragen.train.evaluator import EvalRequest, eval_seeds, evaluate, summarize
 
 
@@ -65,3 +67,37 @@ def test_an_eval_env_is_built_with_its_eval_options(tiny):
     # The training env keeps env.options (none here): its rooms are drawn unspaced.
     _, plain = evaluate(generator, tokenizer, c, EvalRequest(env="sokoban", n=1), progress=False)
     assert plain[0].turns[0].observation == SokobanEnv().reset(EVAL_SEED_BASE)
+
+
+def test_an_evaluation_played_in_waves_plays_the_same_episodes(tiny, monkeypatch):
+    """Seeds played a few at a time (to bound the caches kept between turns) sample exactly
+    what one rollout of them all does, and summarise the same."""
+    model, tokenizer = tiny
+    c = config.load(
+        "frozen-lake",
+        ["model.spec=tiny", "rollout.demos=0", "rollout.max_turns=2", "rollout.max_reply_tokens=6"],
+    )
+    generator = make_generator("hf", model, tokenizer)
+    request = EvalRequest(env="frozen-lake", n=5, k=2, temperature=1.0)
+    whole, once = evaluate(generator, tokenizer, c, request, progress=False)
+    monkeypatch.setattr(evaluator, "eval_wave", lambda *_: 2)  # waves of 2, 2 and 1 seeds
+    waved, in_waves = evaluate(generator, tokenizer, c, request, progress=False)
+    assert [(t.group, t.copy) for t in in_waves] == [(g, k) for g in range(5) for k in range(2)]
+    assert [[turn.reply for turn in t.turns] for t in in_waves] == [
+        [turn.reply for turn in t.turns] for t in once
+    ]
+    drop = ("seconds", "cost")
+    assert {k: v for k, v in waved.items() if k not in drop} == {
+        k: v for k, v in whole.items() if k not in drop
+    }
+
+
+def test_only_a_generator_that_keeps_caches_plays_in_waves(tiny):
+    model, tokenizer = tiny
+    spec = RolloutSpec.from_config(config.load("frozen-lake", ["model.spec=tiny"]).rollout)
+    naive = make_generator("naive", model, tokenizer)
+    assert evaluator.eval_wave(naive, spec, 2) == config.MAX_EVAL_EPISODES
+    cached = make_generator("hf", model, tokenizer)
+    assert evaluator.eval_wave(cached, spec, 10**12) == 1  # never fewer than one seed
+    # Kept caches of 10^12 tokens fit nowhere, and one seed is still played.
+    assert kept_cache_episodes(model, 10**12) == 1

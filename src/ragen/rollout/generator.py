@@ -52,6 +52,8 @@ _PREFILL_TOKEN_BUDGET = 16384
 _MIN_SHARED_OPENING = 16
 # Share of free memory the decode batch's KV cache may take (the cache is copied each step).
 _MEMORY_SHARE = 0.25
+# Share of free memory the caches kept between turns may take, all live episodes together.
+_KEPT_SHARE = 0.4
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,15 @@ def auto_max_batch(model, longest_tokens: int) -> int:
     fit = int(_free_memory(model.device) * _MEMORY_SHARE // per_row)
     cap = _MAX_AUTO_BATCH_CPU if model.device.type == "cpu" else _MAX_AUTO_BATCH_GPU
     return max(1, min(cap, fit))
+
+
+def kept_cache_episodes(model, context_tokens: int) -> int:
+    """Episodes whose caches, kept between turns (`CachedGenerator`) at up to
+    ``context_tokens`` each, fit in a share of free memory: how many to play at once when
+    the number is free to choose, as in an evaluation. 256 FrozenLake episodes of ~1,500
+    tokens kept 18 GB of float32 caches, and the process was killed for memory."""
+    per_episode = _kv_bytes_per_token(model) * max(context_tokens, 1)
+    return max(1, int(_free_memory(model.device) * _KEPT_SHARE // per_episode))
 
 
 # ----------------------------------------------------------------------------- naive backend

@@ -12,10 +12,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ragen import phases
-from ragen.config import Config, TrainerConfig, env_options
+from ragen.config import MAX_EVAL_EPISODES, Config, TrainerConfig, env_options
 from ragen.monitor.jsonl import RunDirError, append_jsonl
 from ragen.monitor.rundir import RunDir
-from ragen.rollout.generator import Generator
+from ragen.rollout.generator import CachedGenerator, Generator, kept_cache_episodes
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import END_REASONS, Trajectory
 from ragen.sysmem import trim_heap
@@ -94,6 +94,15 @@ class EvalRequest:
     temperature: float = _TRAINER.eval_temperature
 
 
+def eval_wave(generator: Generator, spec: RolloutSpec, k: int) -> int:
+    """Seeds an evaluation plays at once: all of them, unless the caches its generator keeps
+    between turns (``k`` episodes a seed, up to the context limit each) would outgrow memory."""
+    model = getattr(generator, "model", None)
+    if not isinstance(generator, CachedGenerator) or model is None:
+        return MAX_EVAL_EPISODES
+    return max(1, kept_cache_episodes(model, spec.max_context_tokens) // k)
+
+
 def evaluate(
     generator: Generator, tokenizer, config: Config, request: EvalRequest, *, progress: bool
 ) -> tuple[dict, list[Trajectory]]:
@@ -112,19 +121,25 @@ def evaluate(
     spent, counts = phases.totals(), asdict(generator.stats)
     seeds = eval_seeds(request.n, EVAL_SEED_BASE)
     mine = distributed.shard(len(seeds))
+    wave = eval_wave(generator, spec, request.k)
+    bar.total = spec.max_turns * max(1, -(-(mine.stop - mine.start) // wave))
     try:
-        played = rollout(
-            generator,
-            tokenizer,
-            request.env,
-            seeds[mine.start : mine.stop],
-            request.k,
-            spec,
-            env_options=options,
-            sample_seed=config.trainer.seed,
-            first_group=mine.start,
-            on_turn=on_turn,
-        )
+        played = []
+        for start in range(mine.start, mine.stop, wave):
+            # Numbered from its first group, a wave samples what it would in one rollout.
+            played += rollout(
+                generator,
+                tokenizer,
+                request.env,
+                seeds[start : min(start + wave, mine.stop)],
+                request.k,
+                spec,
+                env_options=options,
+                sample_seed=config.trainer.seed,
+                first_group=start,
+                on_turn=on_turn,
+            )
+            trim_heap()  # the wave's kept caches, released
         trajectories = distributed.gather_list(played)
     finally:
         bar.update(bar.total - bar.n)
