@@ -242,8 +242,8 @@ def auto_max_batch(model, longest_tokens: int) -> int:
 def kept_cache_episodes(model, context_tokens: int) -> int:
     """Episodes whose caches, kept between turns (`CachedGenerator`) at up to
     ``context_tokens`` each, fit in a share of free memory: how many to play at once when
-    the number is free to choose, as in an evaluation. 256 FrozenLake episodes of ~1,500
-    tokens kept 18 GB of float32 caches, and the process was killed for memory."""
+    the number is free to choose, as in an evaluation: 256 FrozenLake episodes of ~1,500
+    tokens keep 18 GB of float32 caches, more than a 24 GB machine has beside a trainer."""
     per_episode = _kv_bytes_per_token(model) * max(context_tokens, 1)
     return max(1, int(_free_memory(model.device) * _KEPT_SHARE // per_episode))
 

@@ -195,9 +195,9 @@ class SftTrainer(Trainer):
             )
         )
         metrics["time/update_s"] = time.perf_counter() - started
-        # As after an RL update: glibc keeps the freed activations (15 GiB after a FrozenLake
-        # step here) unless asked, and the evaluation after the last step, allocating beside
-        # them, was killed for memory.
+        # As after an RL update: glibc keeps the freed activations (up to 15 GB after a
+        # FrozenLake step) unless asked, and an evaluation allocating beside them can run
+        # out of memory.
         trim_heap()
         metrics["perf/train_tokens_per_s"] = float(batch.attention_mask.sum()) / max(
             metrics["time/update_s"], 1e-9
