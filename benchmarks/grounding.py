@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from ragen.envs.base import grid_cell, relative_position
+from ragen.envs.frozen_lake import toward_goal
 from ragen.monitor.jsonl import read_jsonl
 
 RESULTS = Path(__file__).parent / "results"
@@ -42,18 +43,26 @@ def lake_of(observation: str) -> tuple[str, ...]:
     return tuple(row for row in rows if row and not any(c.islower() for c in row))
 
 
+def player_and_goal(rows: tuple[str, ...]) -> tuple[int, int] | None:
+    """The player's cell and the goal's on a drawn lake; None when no goal shows (the player
+    stands on it)."""
+    flat = "".join(rows)
+    if "G" not in flat:
+        return None
+    return next(cell for cell, tile in enumerate(flat) if tile in _PLAYER), flat.index("G")
+
+
 def grade_turn(observation: str, thought: str) -> tuple[str, str, dict[str, bool]] | None:
     """The goal's offset a turn's thought gives, the lake's true one, and what the thought
     got right: ``offset``, and ``me`` / ``goal`` (the cells) where it names them; None when
     the thought does not say where the goal is or the lake shows no goal (the player is on
     it)."""
     rows = lake_of(observation)
-    flat, size = "".join(rows), len(rows)
     said = _GOAL_SAID.search(thought or "")
-    if said is None or "G" not in flat:
+    cells = player_and_goal(rows)
+    if said is None or cells is None:
         return None
-    me = next(cell for cell, tile in enumerate(flat) if tile in _PLAYER)
-    goal = flat.index("G")
+    (me, goal), size = cells, len(rows)
     (row, col), (goal_row, goal_col) = divmod(me, size), divmod(goal, size)
     true = relative_position(goal_row - row, goal_col - col, "me")
     grades = {"offset": said[2] == true}
@@ -64,31 +73,20 @@ def grade_turn(observation: str, thought: str) -> tuple[str, str, dict[str, bool
     return said[2], true, grades
 
 
-def toward_goal(rows: tuple[str, ...]) -> str | None:
-    """The action that steps toward the goal along the larger offset (vertical on a tie);
-    None when the player stands on the goal or the lake shows none."""
-    flat, size = "".join(rows), len(rows)
-    if "G" not in flat:
-        return None
-    me = next(cell for cell, tile in enumerate(flat) if tile in _PLAYER)
-    (row, col), (goal_row, goal_col) = divmod(me, size), divmod(flat.index("G"), size)
-    if abs(goal_row - row) >= abs(goal_col - col):
-        return "Down" if goal_row > row else "Up"
-    return "Right" if goal_col > col else "Left"
-
-
-def grade_actions(path: Path) -> dict:
+def grade_actions(episodes: list[dict]) -> dict:
     """Turns that acted on a lake with a goal, the share whose first action steps toward
-    it, and the share of the most frequent first action."""
+    it (`frozen_lake.toward_goal`), and the share of the most frequent first action."""
     firsts: Counter[str] = Counter()
     toward = 0
-    for episode in read_jsonl(path).records:
+    for episode in episodes:
         for turn in episode["turns"]:
-            step = toward_goal(lake_of(turn["observation"]))
-            if not turn.get("actions") or step is None:
+            rows = lake_of(turn["observation"])
+            cells = player_and_goal(rows)
+            if not turn.get("actions") or cells is None:
                 continue
+            me, goal = cells
             firsts[turn["actions"][0]] += 1
-            toward += turn["actions"][0] == step
+            toward += turn["actions"][0] == toward_goal(goal, me, len(rows))
     acted = sum(firsts.values())
     if not acted:
         return {"acted": 0}
@@ -102,11 +100,12 @@ def grade_actions(path: Path) -> dict:
 
 def grade_file(path: Path) -> dict:
     """Over every graded turn of a file: how many, the share right of each kind, and the
-    offset's chance share (see the module docstring)."""
+    offset's chance share (see the module docstring); then its first actions."""
+    episodes = read_jsonl(path).records
     totals: dict[str, int] = {}
     said_counts: Counter[str] = Counter()
     true_counts: Counter[str] = Counter()
-    for episode in read_jsonl(path).records:
+    for episode in episodes:
         for turn in episode["turns"]:
             graded = grade_turn(turn["observation"], turn.get("think") or "")
             if graded is None:
@@ -118,10 +117,10 @@ def grade_file(path: Path) -> dict:
                 totals[key] = totals.get(key, 0) + int(right)
     turns = sum(said_counts.values())
     if not turns:
-        return {"turns": 0, **grade_actions(path)}
+        return {"turns": 0, **grade_actions(episodes)}
     chance = sum(n * true_counts[offset] for offset, n in said_counts.items()) / turns**2
     shares = {f"{key}_right": totals[key] / turns for key in sorted(totals)}
-    return {"turns": turns, **shares, "offset_chance": chance, **grade_actions(path)}
+    return {"turns": turns, **shares, "offset_chance": chance, **grade_actions(episodes)}
 
 
 def main() -> None:

@@ -23,28 +23,20 @@ from pathlib import Path
 
 from ragen import envs
 from ragen.envs.experts import goal_probabilities, policy_success
-from ragen.envs.frozen_lake import ACTIONS, transition_table
+from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
 from ragen.rollout.loop import EVAL_SEED_BASE
 from ragen.train.evaluator import eval_seeds
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def toward_goal(rows: tuple[str, ...]) -> list[list[float]]:
-    """Per cell, all probability on the action toward the goal along the larger offset
-    (vertical on a tie), whatever the holes: the simplest policy that reads the lake."""
-    size = len(rows)
-    goal_row, goal_col = divmod("".join(rows).index("G"), size)
-    policy = []
-    for cell in range(size * size):
-        row, col = divmod(cell, size)
-        d_row, d_col = goal_row - row, goal_col - col
-        if abs(d_row) >= abs(d_col):
-            word = "Down" if d_row > 0 else "Up"
-        else:
-            word = "Right" if d_col > 0 else "Left"
-        policy.append([1.0 if action == word else 0.0 for action in ACTIONS])
-    return policy
+def toward_goal_policy(rows: tuple[str, ...]) -> list[list[float]]:
+    """Per cell, all probability on `frozen_lake.toward_goal`'s action."""
+    size, goal = len(rows), "".join(rows).index("G")
+    return [
+        [float(action == toward_goal(goal, cell, size)) for action in ACTIONS]
+        for cell in range(size * size)
+    ]
 
 
 def ceilings(
@@ -61,7 +53,7 @@ def ceilings(
         values = {
             "optimal": goal_probabilities(table, max(budgets)),
             "random": policy_success(table, uniform, max(budgets)),
-            "toward_goal": policy_success(table, toward_goal(env.rows), max(budgets)),
+            "toward_goal": policy_success(table, toward_goal_policy(env.rows), max(budgets)),
         }
         for who, per_budget in totals.items():
             for budget in budgets:

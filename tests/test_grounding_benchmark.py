@@ -8,6 +8,8 @@ import pytest
 
 from ragen import envs
 from ragen.envs.experts import expert_move
+from ragen.envs.frozen_lake import toward_goal
+from ragen.monitor.jsonl import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 import grounding
@@ -60,9 +62,11 @@ def _turn(line: str) -> tuple[str, str]:
 
 
 def test_first_actions_are_graded_against_the_step_toward_the_goal(tmp_path):
-    assert grounding.toward_goal(grounding.lake_of(LAKE)) == "Down"  # 1 below, 1 left: a tie
-    assert grounding.toward_goal(("P_G", "___", "___")) == "Right"
-    assert grounding.toward_goal(("__", "_√")) is None
+    assert grounding.player_and_goal(grounding.lake_of(LAKE)) == (4, 6)
+    assert grounding.player_and_goal(("__", "_√")) is None
+    assert toward_goal(6, 4, 3) == "Down"  # 1 below and 1 left: a tie goes vertical
+    assert toward_goal(2, 0, 3) == "Right"
+    assert toward_goal(0, 8, 3) == "Up"
     turns = [
         {"observation": LAKE, "think": "", "actions": ["Down", "Left"]},
         {"observation": LAKE, "think": "", "actions": ["Up"]},
@@ -71,7 +75,7 @@ def test_first_actions_are_graded_against_the_step_toward_the_goal(tmp_path):
     ]
     path = tmp_path / "eval.jsonl"
     path.write_text(json.dumps({"turns": turns}) + "\n")
-    graded = grounding.grade_actions(path)
+    graded = grounding.grade_actions(read_jsonl(path).records)
     assert graded == {
         "acted": 3,
         "toward_action": 1 / 3,

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 from ragen.config import EXPERT_THOUGHTS
 from ragen.envs.bandit import BanditEnv
-from ragen.envs.base import grid_cell, relative_position
+from ragen.envs.base import grid_cell
 from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
-from ragen.envs.frozen_lake import FrozenLakeEnv, holes_beside, transition_table
+from ragen.envs.frozen_lake import FrozenLakeEnv, goal_sentence, holes_beside, transition_table
 from ragen.envs.sokoban import Room, SokobanEnv, cell_distance, relative_cell, solve
 
 # Open-loop moves the lake expert plans in one turn: 4**k sequences are searched, and a
@@ -244,22 +244,13 @@ def lake_plan(
 
 
 def _frozen_lake(env: FrozenLakeEnv, limit: int, actions_left: int, located: bool) -> ExpertMove:
-    rows, state, size = env.rows, env.state, env.size
+    rows, state = env.rows, env.state
     if not rows:
         raise ExpertError("the lake has no map yet: reset the env first")
     moves, probability = lake_plan(
         rows, state, min(limit, MAX_LAKE_PLAN), actions_left, env.slippery
     )
-    row, col = divmod(state, size)
-    goal_cell = "".join(rows).index("G")
-    goal_row, goal_col = divmod(goal_cell, size)
-    where_goal = relative_position(goal_row - row, goal_col - col, "me")
-    goal = f"The goal G is {where_goal}."
-    if located:
-        goal = (
-            f"I am at {grid_cell(state, size)}. "
-            f"The goal G is at {grid_cell(goal_cell, size)}, {where_goal}."
-        )
+    goal = goal_sentence(rows, state, located=located)
     beside = holes_beside(rows, state)
     chance = f"{probability:.0%}" if probability > 0 else "no"
     unit = "action" if actions_left == 1 else "actions"

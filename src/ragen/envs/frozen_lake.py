@@ -205,7 +205,7 @@ def draw(
     lines = [lake]
     if positions:
         lines.append(describe_positions(rows, state))
-    if offsets and "G" in "".join(rows):
+    if offsets:
         lines.append(describe_offsets(rows, state))
     return "\n".join(lines)
 
@@ -214,13 +214,38 @@ def describe_offsets(rows: tuple[str, ...], state: int) -> str:
     """Where the goal and the holes beside the player lie from it: "The goal G is 3 above
     and 2 left of you. A hole O is 1 above you." Nothing is said of the goal the player
     stands on."""
-    size, flat = len(rows), "".join(rows)
-    row, col = divmod(state, size)
-    goal_row, goal_col = divmod(flat.index("G"), size)
-    if (goal_row, goal_col) == (row, col):
+    if "".join(rows).index("G") == state:
         return holes_beside(rows, state, "you")
-    where = relative_position(goal_row - row, goal_col - col, "you")
-    return f"The goal {_TILE['G']} is {where}. {holes_beside(rows, state, 'you')}"
+    return f"{goal_sentence(rows, state, 'you')} {holes_beside(rows, state, 'you')}"
+
+
+def goal_sentence(
+    rows: tuple[str, ...], cell: int, anchor: str = "me", located: bool = False
+) -> str:
+    """Where the goal lies from the player on ``cell`` (not the goal's): "The goal G is 3 above
+    and 2 left of me." (``anchor`` names the player); ``located`` first gives both cells, as
+    `describe_positions` shows them: "I am at row 4, column 4. The goal G is at row 1, column
+    2, 3 above and 2 left of me."."""
+    size = len(rows)
+    goal = "".join(rows).index("G")
+    (row, col), (goal_row, goal_col) = divmod(cell, size), divmod(goal, size)
+    where = relative_position(goal_row - row, goal_col - col, anchor)
+    if not located:
+        return f"The goal {_TILE['G']} is {where}."
+    return (
+        f"I am at {grid_cell(cell, size)}. "
+        f"The goal {_TILE['G']} is at {grid_cell(goal, size)}, {where}."
+    )
+
+
+def toward_goal(goal: int, cell: int, size: int) -> str:
+    """The action from ``cell`` toward ``goal`` (cells of a lake ``size`` wide) along the
+    larger offset, vertical on a tie, whatever the holes: the simplest policy that reads the
+    lake (`benchmarks/lake_ceiling.py` scores it)."""
+    (row, col), (goal_row, goal_col) = divmod(cell, size), divmod(goal, size)
+    if abs(goal_row - row) >= abs(goal_col - col):
+        return "Down" if goal_row > row else "Up"
+    return "Right" if goal_col > col else "Left"
 
 
 def describe_positions(rows: tuple[str, ...], state: int) -> str:
@@ -414,13 +439,6 @@ def _demo_thought(rows: tuple[str, ...], first: str, located: bool = False) -> s
     """A short true note on a lake's start: where the goal is, the holes beside the player;
     `located` first gives the player's and the goal's row and column (as `positions` shows
     them)."""
-    size, start = len(rows), start_cell(rows)
-    row, col = divmod(start, size)
-    goal = "".join(rows).index("G")
-    goal_row, goal_col = divmod(goal, size)
-    where = relative_position(goal_row - row, goal_col - col, "me")
-    if located:
-        where = f"at {grid_cell(goal, size)}, {where}"
-    mine = f"I am at {grid_cell(start, size)}. " if located else ""
+    start = start_cell(rows)
     beside = holes_beside(rows, start).removesuffix(".")
-    return f"{mine}The goal {_TILE['G']} is {where}. {beside}, so I go {first}."
+    return f"{goal_sentence(rows, start, located=located)} {beside}, so I go {first}."

@@ -97,10 +97,9 @@ class EvalRequest:
 def eval_wave(generator: Generator, spec: RolloutSpec, k: int) -> int:
     """Seeds an evaluation plays at once: all of them, unless the caches its generator keeps
     between turns (``k`` episodes a seed, up to the context limit each) would outgrow memory."""
-    model = getattr(generator, "model", None)
-    if not isinstance(generator, CachedGenerator) or model is None:
+    if not isinstance(generator, CachedGenerator):
         return MAX_EVAL_EPISODES
-    return max(1, kept_cache_episodes(model, spec.max_context_tokens) // k)
+    return max(1, kept_cache_episodes(generator.model, spec.max_context_tokens) // k)
 
 
 def evaluate(
