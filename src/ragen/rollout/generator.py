@@ -34,6 +34,8 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ragen import phases
 from ragen.kv_keyword import cache_keyword, cache_kwarg
+from ragen.rollout.attention import NAME as DECODE_ATTENTION
+from ragen.rollout.attention import PREFIX_KEYWORD
 from ragen.rollout.sampling import choose, row_generators
 from ragen.rollout.static_decode import StaticDecoder
 from ragen.sysmem import available_memory
@@ -50,6 +52,9 @@ _MAX_AUTO_BATCH_GPU = 256
 _PREFILL_TOKEN_BUDGET = 16384
 # New prompts sharing fewer opening tokens than this are prefilled whole: too little to save.
 _MIN_SHARED_OPENING = 16
+# A decode batch whose rows share fewer leading tokens than this keeps them in each row:
+# holding 64 once was no faster a layer, 128 level to 1.19x (benchmarks/attention.py).
+_MIN_SHARED_PREFIX = 128
 # Share of free memory the decode batch's KV cache may take (the cache is copied each step).
 _MEMORY_SHARE = 0.25
 # Share of free memory the caches kept between turns may take, all live episodes together.
@@ -96,6 +101,8 @@ class GenerationStats:
     prefilled_tokens: int = 0  # context tokens run through the model before decoding
     reused_tokens: int = 0  # context tokens whose keys/values came from a cache instead
     generated_tokens: int = 0  # sampled reply tokens returned
+    # context tokens of decode rows whose keys/values the batch held once, not per row
+    shared_tokens: int = 0
 
 
 class Generator(Protocol):
@@ -395,6 +402,9 @@ class _Batch:
     index: list[int]
     cache: _BufferCache  # (B, H_kv, K, D) keys and values per layer, left-padded
     mask: torch.Tensor  # (B, K) bool: which cache columns hold a real token of the row
+    # (layers, 2, H_kv, P, D): the P leading tokens every row shares, held once and not in
+    # ``cache`` (whose columns then follow them); None: each row's cache holds all its tokens.
+    prefix: torch.Tensor | None
     positions: torch.Tensor  # (B,) long: position of the next token fed to each row
     logits: torch.Tensor  # (B, V): the distribution of each row's next token
     replies: dict[int, list[int]] = field(default_factory=dict)
@@ -413,10 +423,13 @@ class CachedGenerator:
         max_batch: int | None = None,
         *,
         static: bool | None = None,
+        share_prefix: bool = True,
     ):
         self.model, self.stopper, self.max_batch = model, stopper, max_batch
         # None: static decode steps (CUDA graphs) on a GPU, the shrinking batch elsewhere.
         self.static = model.device.type == "cuda" if static is None else static
+        # False: every decode row holds its whole cache (benchmarks/rollout.py compares both).
+        self.share_prefix = share_prefix
         self.pad = _pad_id(model, stopper)
         self.stats = GenerationStats()
         self._entries: dict[Hashable, _Entry] = {}
@@ -453,7 +466,8 @@ class CachedGenerator:
         for start in range(0, len(order), size):
             rows = order[start : start + size]
             with phases.timed(phases.ROLLOUT_DECODE):
-                batch = self._start_batch(rows, jobs, max_new_tokens)
+                contexts = [requests[i].context_ids for i in rows]
+                batch = self._start_batch(rows, jobs, contexts, max_new_tokens)
                 decode = self._decode_static if self.static else self._decode
                 samples |= decode(batch, requests, generators, max_new_tokens, temperature, top_p)
         self.stats.generated_tokens += sum(len(s.token_ids) for s in samples.values())
@@ -552,11 +566,19 @@ class CachedGenerator:
         self.stats.prefilled_tokens += sum(len(n) for n in new)
         self.stats.reused_tokens += sum(reuse)
 
-    def _start_batch(self, rows: list[int], jobs: list[_Job], max_new_tokens: int) -> _Batch:
-        """Stack the prefilled caches of ``rows`` (copies of a group share one) into a batch."""
+    def _start_batch(
+        self, rows: list[int], jobs: list[_Job], contexts: list[list[int]], max_new_tokens: int
+    ) -> _Batch:
+        """Stack the prefilled caches of ``rows`` (copies of a group share one) into a batch;
+        ``contexts`` are the rows' token ids. The leading tokens all rows share are held once
+        where the decode attention can read them so (see ``_shared_prefix``)."""
         prefilled = [jobs[i].prefilled() for i in rows]
         sources = [kv for kv, _ in prefilled]
-        lengths = torch.tensor([s.shape[3] for s in sources])  # (B,)
+        prefix = self._shared_prefix(contexts, sources)
+        shared = 0 if prefix is None else prefix.shape[3]
+        if shared:
+            sources = [s[:, :, :, shared:] for s in sources]
+        lengths = torch.tensor([s.shape[3] for s in sources])  # (B,) columns in the cache
         width = int(lengths.max())
         # Room for every reply token but the last, which is sampled and never fed back.
         cache = _padded_cache(sources, width, width + max_new_tokens - 1)
@@ -566,7 +588,37 @@ class CachedGenerator:
             if jobs[i].rows == 0:  # the last copy has it now: free the job's cache
                 jobs[i].kv = None
         mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # (B, K)
-        return _Batch(list(rows), cache, mask, lengths.clone(), logits)
+        return _Batch(list(rows), cache, mask, prefix, lengths + shared, logits)
+
+    def _shared_prefix(self, contexts: list[list[int]], sources: list[torch.Tensor]):
+        """The keys/values (layers, 2, H_kv, P, D) of the P leading tokens that every row of
+        a decode batch has, bit for bit; None when rows share fewer than
+        ``_MIN_SHARED_PREFIX`` tokens or the model's attention cannot take them.
+
+        Each decode step then reads the prefix once for the whole batch instead of once per
+        row. Rows hold equal bits for their shared tokens because every cache of them
+        descends from one prefill of the opening (``_share_opening``); the check keeps any
+        row that does not in its own cache.
+        """
+        model = self.model
+        if (
+            self.static
+            or not self.share_prefix
+            or len(sources) < 2
+            or model.device.type != "cpu"
+            or getattr(model.config, "_attn_implementation", None) != DECODE_ATTENTION
+        ):
+            return None
+        common = min(len(c) for c in contexts)
+        for context in contexts[1:]:
+            common = min(common, _common_prefix(contexts[0], context))
+        if common < _MIN_SHARED_PREFIX:
+            return None
+        prefix = sources[0][:, :, :, :common]
+        if not all(torch.equal(s[:, :, :, :common], prefix) for s in sources[1:]):
+            return None
+        self.stats.shared_tokens += common * len(sources)
+        return prefix.contiguous()
 
     def _decode(self, batch: _Batch, requests, generators, max_new_tokens, temperature, top_p):
         """Sample until every row stops; a row's cache is kept as the episode's entry."""
@@ -586,12 +638,14 @@ class CachedGenerator:
             batch.mask = torch.cat(
                 [batch.mask, torch.ones(len(batch.index), 1, dtype=torch.bool)], 1
             )
+            shared = {} if batch.prefix is None else {PREFIX_KEYWORD: batch.prefix}
             out = self.model(
                 input_ids=tokens[:, None].to(device),
                 attention_mask=batch.mask.long().to(device),
                 position_ids=batch.positions[:, None].to(device),
                 **{keyword: batch.cache},
                 use_cache=True,
+                **shared,
             )
             batch.logits = out.logits[:, -1]  # (B, V)
             batch.positions += 1
@@ -661,7 +715,7 @@ class CachedGenerator:
         reply = batch.replies[i]
         finish = FINISH_STOP if self.stopper.done(reply) else FINISH_LENGTH
         # The cache holds the context and every reply token but the last (never fed back).
-        kv = _row_kv(batch.cache, b, batch.mask[b].to(self.model.device))
+        kv = _row_kv(batch.cache, b, batch.mask[b].to(self.model.device), batch.prefix)
         self._entries[request.key] = _Entry([*request.context_ids, *reply[:-1]], kv)
         return Sample(list(reply), list(batch.logprobs[i]), finish)
 
@@ -796,8 +850,11 @@ def _spans(columns: torch.Tensor) -> list[tuple[int, int]]:
     return list(zip(bounds[::2], bounds[1::2], strict=True))
 
 
-def _row_kv(cache: _BufferCache, b: int, columns: torch.Tensor) -> torch.Tensor:
-    """Row ``b``'s keys/values at the real-token ``columns`` (K,) bool → (layers, 2, H, L, D).
+def _row_kv(
+    cache: _BufferCache, b: int, columns: torch.Tensor, prefix: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Row ``b``'s keys/values at the real-token ``columns`` (K,) bool → (layers, 2, H, L, D),
+    after ``prefix`` (layers, 2, H, P, D) when the batch holds one.
 
     The real tokens lie in one or two runs of columns (cache, then the fed chunk), so they
     are copied run by run straight into the result: a boolean index would copy them twice.
@@ -805,10 +862,13 @@ def _row_kv(cache: _BufferCache, b: int, columns: torch.Tensor) -> torch.Tensor:
     spans = _spans(columns)
     first = cache.layers[0].buffer  # (2, B, H_kv, capacity, D)
     _, _, heads, _, dim = first.shape
-    total = sum(end - start for start, end in spans)
+    shared = 0 if prefix is None else prefix.shape[3]
+    total = shared + sum(end - start for start, end in spans)
     out = first.new_empty((len(cache.layers), 2, heads, total, dim))
+    if prefix is not None:
+        out[:, :, :, :shared] = prefix
     for n, layer in enumerate(cache.layers):
-        at = 0
+        at = shared
         for start, end in spans:
             out[n, :, :, at : at + end - start] = layer.buffer[:, b, :, start:end]
             at += end - start
