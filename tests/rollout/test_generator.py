@@ -26,6 +26,7 @@ from ragen.rollout.generator import (
     _spans,
     eos_ids,
 )
+from ragen.rollout.loop import RolloutSpec, rollout
 
 LOGPROB_TOL = 1e-4
 
@@ -369,3 +370,24 @@ def test_decode_rows_share_no_prefix_their_caches_disagree_on(tiny):
     sources[1] = sources[1].clone()
     sources[1][1, 0, 0, 5, 0] += 1.0  # layer 1's key of token 5 in row 1
     assert gen._shared_prefix(contexts, sources) is None
+
+
+def test_embedded_sokoban_rollouts_are_the_same_with_the_opening_held_once(embedded):
+    """The embedded model plays Sokoban with two worked turns (an ~800-token opening every
+    row shares): decode batches holding it once play the same episodes as batches that copy
+    it into every row, with log-probs within float rounding."""
+    model, tokenizer = embedded
+    spec = RolloutSpec(max_turns=2, max_reply_tokens=64, temperature=1.0, demos=2)
+    episodes, shared = {}, {}
+    for share in (True, False):
+        generator = make_generator("hf", model, tokenizer)
+        assert isinstance(generator, CachedGenerator)
+        generator.share_prefix = share
+        episodes[share] = rollout(generator, tokenizer, "sokoban", [0, 1], 2, spec)
+        shared[share] = generator.stats.shared_tokens
+    # turn 1 held the opening once for its 4 rows, turn 2 for the rows still playing
+    assert shared[True] > 4 * 700 and shared[False] == 0
+    assert any(len(episode.turns) == 2 for episode in episodes[True])
+    for a, b in zip(episodes[True], episodes[False], strict=True):
+        assert a.token_ids == b.token_ids
+        assert max(abs(p - q) for p, q in zip(a.logprobs, b.logprobs, strict=True)) < LOGPROB_TOL
