@@ -30,7 +30,6 @@ the bound a decode attention can reach.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -40,7 +39,7 @@ from types import SimpleNamespace
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from measure import copy_bandwidth, machine
+from measure import copy_bandwidth, machine, write_summary
 from ragen.rollout.attention import PREFIX_KEYWORD, decode_attention
 
 ROOT = Path(__file__).parent.parent
@@ -172,9 +171,7 @@ def main() -> None:
         "heads": {"query": HEADS, "key_value": KV_HEADS, "dim": HEAD_DIM},
         "cells": cells,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_summary(args.out, summary)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ head runs. The critic's scalar head is left out.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
@@ -58,6 +59,13 @@ def machine(dtype: torch.dtype) -> dict:
         "dtype": str(dtype).removeprefix("torch."),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def write_summary(out: Path, summary: dict) -> None:
+    """Write a benchmark's ``summary`` as indented JSON to ``out`` (folders made) and say so."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {out}")
 
 
 def gemm_gflops(dtype: torch.dtype, m: int, k: int, n: int, budget_s: float) -> float:

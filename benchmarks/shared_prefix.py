@@ -19,7 +19,6 @@ the median over repeats, and generated tokens per second.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from measure import machine
+from measure import machine, write_summary
 from ragen import models, phases
 from ragen.rollout.attention import use_decode_attention
 from ragen.rollout.generator import CachedGenerator, Request, Stopper
@@ -109,9 +108,7 @@ def main() -> None:
         "repeats": args.repeats,
         "cells": cells,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_summary(args.out, summary)
 
 
 if __name__ == "__main__":

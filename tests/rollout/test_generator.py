@@ -74,6 +74,15 @@ def _assert_same(a, b):
             )
 
 
+def _hf_matching_naive(model, tokenizer, requests, **call):
+    """One ``generate`` call of ``requests`` through naive and hf, which must agree; returns
+    the hf generator (its stats say how it got there)."""
+    gens = {name: make_generator(name, model, tokenizer) for name in ("naive", "hf")}
+    out = {name: gen.generate(requests, **call) for name, gen in gens.items()}
+    _assert_same([out["naive"]], [out["hf"]])
+    return gens["hf"]
+
+
 def test_hf_matches_naive_greedy_over_turns(tiny):
     model, tokenizer = tiny
     history, _ = _turns(model, tokenizer, ["naive", "hf"], turns=4, temperature=0.0)
@@ -117,14 +126,8 @@ def test_hf_prefills_a_shared_opening_once_and_matches_naive(tiny):
     opening = list(range(200, 224))  # what first turns share: system line, examples, rules
     tails = [[7, 8, 9], [7, 8, 10, 11], [300 + i for i in range(6)]]
     requests = [Request((g, c), opening + tail) for g, tail in enumerate(tails) for c in range(2)]
-    out = {}
-    for name in ("hf", "naive"):
-        gen = make_generator(name, model, tokenizer)
-        out[name] = gen.generate(requests, max_new_tokens=4, temperature=0.0, seed=1)
-    _assert_same([out["naive"]], [out["hf"]])
+    hf = _hf_matching_naive(model, tokenizer, requests, max_new_tokens=4, temperature=0.0, seed=1)
     # the opening once, then each group's own tokens
-    hf = make_generator("hf", model, tokenizer)
-    hf.generate(requests, max_new_tokens=4, temperature=0.0, seed=1)
     assert hf.stats.prefilled_tokens == len(opening) + sum(len(t) for t in tails)
     assert hf.stats.reused_tokens == len(opening) * len(tails)
 
@@ -346,13 +349,7 @@ def test_rows_of_one_prompt_decode_over_it_held_once(tiny):
     model, tokenizer = tiny
     prompt = [100 + i % 70 for i in range(150)]
     requests = [Request(c, prompt) for c in range(4)]
-    out = {}
-    for name in ("hf", "naive"):
-        gen = make_generator(name, model, tokenizer)
-        out[name] = gen.generate(requests, max_new_tokens=5, temperature=1.0, seed=7)
-    _assert_same([out["naive"]], [out["hf"]])
-    hf = make_generator("hf", model, tokenizer)
-    hf.generate(requests, max_new_tokens=5, temperature=1.0, seed=7)
+    hf = _hf_matching_naive(model, tokenizer, requests, max_new_tokens=5, temperature=1.0, seed=7)
     assert hf.stats.shared_tokens == 4 * len(prompt)
 
 
