@@ -1,10 +1,11 @@
 """Do a FrozenLake agent's thoughts place the goal where the lake shows it?
 
-    python benchmarks/grounding.py EPISODES.jsonl [...] [--out NAME]
+    python benchmarks/grounding.py EPISODES.jsonl|FOLDER [...] [--out NAME]
 
-Reads saved episodes (a run's ``eval-*/trajectories/eval.jsonl`` or ``trajectories/*.jsonl``)
-and, for every turn whose thought says where the goal is ("The goal G is 2 above and 1 left
-of me.", or the located form "I am at row 3, column 2. The goal G is at row 1, column 1, 2
+Reads saved episodes (a run's ``eval-*/trajectories/eval.jsonl`` or ``trajectories/*.jsonl``;
+a folder's ``*.jsonl`` files are graded together, e.g. every training step of a run) and,
+for every turn whose thought says where the goal is ("The goal G is 2 above and 1 left of
+me.", or the located form "I am at row 3, column 2. The goal G is at row 1, column 1, 2
 above and 1 left of me."), compares what it says with the lake drawn in that turn's
 observation: the goal's offset from the player, and where the thought gives rows and
 columns, the player's and the goal's cells. A model that reads the lake says them right; one
@@ -14,8 +15,10 @@ at random (the sum over offsets of how often each is said times how often it is 
 first action of every turn is graded too: ``toward_action``, the share that steps toward the
 goal along its larger offset (vertical on a tie; uniform play: 25%), and ``top_action``, the
 share of the most frequent first action (a policy that ignores the lake plays one action
-whatever it shows). Prints a table; with ``--out NAME`` writes
-``benchmarks/results/grounding_NAME.json``. No model runs.
+whatever it shows). Whether acting on the lake pays in these episodes: ``toward_success``
+and ``other_success``, the success of the episodes whose very first action steps toward the
+goal and of the others (the signal RL has to find), with their counts. Prints a table; with
+``--out NAME`` writes ``benchmarks/results/grounding_NAME.json``. No model runs.
 """
 
 from __future__ import annotations
@@ -73,35 +76,60 @@ def grade_turn(observation: str, thought: str) -> tuple[str, str, dict[str, bool
     return said[2], true, grades
 
 
+def _steps_toward(turn: dict) -> bool | None:
+    """Whether a turn's first action steps toward the goal (`frozen_lake.toward_goal`); None
+    when it took no action or its lake shows no goal."""
+    rows = lake_of(turn["observation"])
+    cells = player_and_goal(rows)
+    if not turn.get("actions") or cells is None:
+        return None
+    me, goal = cells
+    return turn["actions"][0] == toward_goal(goal, me, len(rows))
+
+
 def grade_actions(episodes: list[dict]) -> dict:
     """Turns that acted on a lake with a goal, the share whose first action steps toward
-    it (`frozen_lake.toward_goal`), and the share of the most frequent first action."""
+    it, and the share of the most frequent first action; then the success of the episodes
+    whose first action stepped toward the goal and of the others (where episodes say)."""
     firsts: Counter[str] = Counter()
     toward = 0
+    outcomes: dict[bool, list[bool]] = {True: [], False: []}
     for episode in episodes:
-        for turn in episode["turns"]:
-            rows = lake_of(turn["observation"])
-            cells = player_and_goal(rows)
-            if not turn.get("actions") or cells is None:
+        for number, turn in enumerate(episode["turns"]):
+            stepped = _steps_toward(turn)
+            if stepped is None:
                 continue
-            me, goal = cells
             firsts[turn["actions"][0]] += 1
-            toward += turn["actions"][0] == toward_goal(goal, me, len(rows))
+            toward += stepped
+            if number == 0 and "success" in episode:
+                outcomes[stepped].append(bool(episode["success"]))
     acted = sum(firsts.values())
     if not acted:
         return {"acted": 0}
-    return {
+    graded = {
         "acted": acted,
         "toward_action": toward / acted,
         "top_action": max(firsts.values()) / acted,
         "first_actions": dict(firsts.most_common()),
     }
+    for stepped, name in ((True, "toward"), (False, "other")):
+        if outcomes[stepped]:
+            graded[f"{name}_episodes"] = len(outcomes[stepped])
+            graded[f"{name}_success"] = sum(outcomes[stepped]) / len(outcomes[stepped])
+    return graded
+
+
+def read_episodes(path: Path) -> list[dict]:
+    """The episodes of a JSONL file, or of every ``*.jsonl`` file in a folder, in name order."""
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    return [episode for file in files for episode in read_jsonl(file).records]
 
 
 def grade_file(path: Path) -> dict:
-    """Over every graded turn of a file: how many, the share right of each kind, and the
-    offset's chance share (see the module docstring); then its first actions."""
-    episodes = read_jsonl(path).records
+    """Over every graded turn of a file (or a folder's files): how many, the share right of
+    each kind, and the offset's chance share (see the module docstring); then its first
+    actions."""
+    episodes = read_episodes(path)
     totals: dict[str, int] = {}
     said_counts: Counter[str] = Counter()
     true_counts: Counter[str] = Counter()
@@ -136,8 +164,10 @@ def main() -> None:
         "goal_right",
         "toward_action",
         "top_action",
+        "toward_success",
+        "other_success",
     )
-    heads = ("offset", "chance", "me", "goal", "toward", "top act")
+    heads = ("offset", "chance", "me", "goal", "toward", "top act", "won tow", "won oth")
     print(f"{'episodes':<64}{'turns':>7}" + "".join(f"{h:>9}" for h in heads))
     for name, row in rows.items():
         cells = "".join(f"{row[key]:>9.1%}" if key in row else f"{'-':>9}" for key in keys)

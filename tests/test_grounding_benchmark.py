@@ -82,3 +82,29 @@ def test_first_actions_are_graded_against_the_step_toward_the_goal(tmp_path):
         "top_action": 2 / 3,
         "first_actions": {"Up": 2, "Down": 1},
     }
+
+
+def test_episodes_are_split_by_whether_their_first_move_stepped_toward_the_goal(tmp_path):
+    """A folder's files are graded together; the success of episodes whose first action
+    stepped toward the goal is set against the others'."""
+    toward = {"observation": LAKE, "think": "", "actions": ["Down"]}
+    away = {"observation": LAKE, "think": "", "actions": ["Up"]}
+    (tmp_path / "step_000000.jsonl").write_text(
+        json.dumps({"turns": [toward, away], "success": True})  # graded by its first turn
+        + "\n"
+        + json.dumps({"turns": [away], "success": False})
+        + "\n"
+    )
+    (tmp_path / "step_000001.jsonl").write_text(
+        json.dumps({"turns": [toward], "success": False})
+        + "\n"
+        + json.dumps({"turns": [away], "success": True})
+        + "\n"
+        + json.dumps({"turns": [away], "success": False})
+        + "\n"
+    )
+    graded = grounding.grade_file(tmp_path)
+    assert graded["acted"] == 6
+    assert graded["toward_action"] == 2 / 6
+    assert (graded["toward_episodes"], graded["toward_success"]) == (2, 1 / 2)
+    assert (graded["other_episodes"], graded["other_success"]) == (3, 1 / 3)
