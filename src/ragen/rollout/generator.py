@@ -503,14 +503,12 @@ class CachedGenerator:
         fresh = [j for j in jobs if j.reuse == 0]
         if len(fresh) < 2:
             return
-        first = fresh[0].context
+        contexts = [j.context for j in fresh]
         # At least one token of each job stays its own, to get the logits of the next one.
-        common = min(len(j.context) for j in fresh) - 1
-        for job in fresh[1:]:
-            common = min(common, _common_prefix(first, job.context))
+        common = min(_shared_length(contexts), min(len(c) for c in contexts) - 1)
         if common < _MIN_SHARED_OPENING:
             return
-        opening = _Job(first[:common])
+        opening = _Job(contexts[0][:common])
         self._prefill_forward([opening])
         for job in fresh:
             job.reuse, job.source = common, opening.kv
@@ -609,9 +607,7 @@ class CachedGenerator:
             or getattr(model.config, "_attn_implementation", None) != DECODE_ATTENTION
         ):
             return None
-        common = min(len(c) for c in contexts)
-        for context in contexts[1:]:
-            common = min(common, _common_prefix(contexts[0], context))
+        common = _shared_length(contexts)
         if common < _MIN_SHARED_PREFIX:
             return None
         prefix = sources[0][:, :, :, :common]
@@ -752,6 +748,12 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     if a[:n] == b[:n]:
         return n
     return next(k for k in range(n) if a[k] != b[k])
+
+
+def _shared_length(sequences: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every one of ``sequences`` (at least one) shares."""
+    first = sequences[0]
+    return min(_common_prefix(first, other) for other in sequences)
 
 
 def _padded_cache(sources: Sequence[torch.Tensor | None], width: int, capacity: int):
