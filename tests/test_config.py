@@ -147,6 +147,7 @@ BAD = [
     (["algo.whiten_advantages=2"], "algo.whiten_advantages", "true or false"),
     (["rollout.format_penalty_mode=always"], "rollout.format_penalty_mode", "any_invalid"),
     (["sft.thought=grid"], "sft.thought", "relative, located"),
+    (["sft.lake_expert=greedy"], "sft.lake_expert", "optimal, toward"),
     (["model.attention=flash"], "model.attention", "ragen, sdpa"),
     (["env.eval_options.bandit.arm_names=[A, B]"], "env.eval_options", "set its options in"),
     (["env.eval_options.sokoban.spaced=true"], "env.eval_options", "does not evaluate"),

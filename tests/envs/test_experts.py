@@ -12,7 +12,7 @@ from ragen.envs.experts import (
     lake_plan,
     policy_success,
 )
-from ragen.envs.frozen_lake import transition_table
+from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
 from ragen.envs.sokoban import Room, solve
 
 SEEDS = range(40)
@@ -240,3 +240,84 @@ def test_policy_success_of_uniform_and_fixed_play_by_hand():
     still = transition_table(("SG", "FF"), False)
     assert policy_success(still, right, 3)[3][0] == 1.0
     assert policy_success(still, [[0.0, 1.0, 0.0, 0.0]] * 4, 3)[3][0] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("rows", "moves", "thought"),
+    [
+        (
+            ("SHFF", "FFFF", "FFFF", "FFFG"),
+            ("Down", "Down"),
+            "The goal G is 3 below and 3 right of me. 3 below is as far as 3 right, and on a "
+            "tie I go up or down, so I go Down then Down.",
+        ),
+        (
+            ("FFFF", "FFGF", "FFFF", "FSFF"),
+            ("Up", "Up"),
+            "The goal G is 2 above and 1 right of me. 2 above is farther than 1 right, so I go "
+            "Up then Up.",
+        ),
+        (
+            ("FFFF", "FFFF", "FFFF", "GFFS"),
+            ("Left", "Left"),
+            "The goal G is 3 left of me. It is in line with me, so I go Left then Left.",
+        ),
+        (
+            ("FFFF", "SFFF", "FFFG", "FFFF"),
+            ("Right", "Right"),
+            "The goal G is 1 below and 3 right of me. 3 right is farther than 1 below, so I "
+            "go Right then Right.",
+        ),
+    ],
+)
+def test_the_toward_lake_expert_repeats_the_move_along_the_larger_offset(rows, moves, thought):
+    env = envs.make("frozen-lake")
+    env.load(rows, 0)
+    move = expert_move(env, 2, 10, lake="toward")
+    assert (move.answer, move.thought) == (moves, thought)
+    assert expert_move(env, 2, 1, lake="toward").answer == moves[:1]  # one action left
+    located = expert_move(env, 2, 10, "located", lake="toward").thought
+    assert located.startswith("I am at row ") and located.endswith(thought.split(". ", 1)[1])
+    with pytest.raises(ValueError, match="lake must be one of optimal, toward; got 'x'"):
+        expert_move(env, 2, 10, lake="x")
+
+
+def test_toward_lake_play_scores_what_its_policy_is_worth():
+    """Played as the expert plays it (two open-loop moves a turn, five turns), the toward
+    expert's success on a lake against the exact probability of that play, over 3,000
+    slippery episodes; and below the optimal plan's."""
+    rows = ("FFFH", "FHFF", "SFFF", "HFFG")
+    table = transition_table(rows)
+    start = "".join(rows).index("S")
+    # Exact: propagate the cell distribution turn by turn; each turn repeats toward_goal
+    # from the turn's first cell, twice.
+    belief, exact = {start: 1.0}, 0.0
+    for _ in range(5):
+        after: dict[int, float] = {}
+        for cell, p in belief.items():
+            action = toward_goal("".join(rows).index("G"), cell, len(rows))
+            now = {cell: p}
+            for _ in range(2):
+                nxt: dict[int, float] = {}
+                for s, q in now.items():
+                    for chance, landed, reward, done in table[s][ACTIONS.index(action)]:
+                        exact += q * chance * reward
+                        if not done:
+                            nxt[landed] = nxt.get(landed, 0.0) + q * chance
+                now = nxt
+            for s, q in now.items():
+                after[s] = after.get(s, 0.0) + q
+        belief = after
+    env, wins = envs.make("frozen-lake"), 0
+    for seed in range(3000):
+        env.load(rows, seed)
+        left, done = 10, False
+        while not done and left:
+            for action in expert_move(env, 2, left, lake="toward").answer:
+                result = env.step(action)
+                left, done = left - 1, result.terminated
+                if done:
+                    wins += result.info["success"]
+                    break
+    assert wins / 3000 == pytest.approx(exact, abs=0.03)  # SE about 0.009
+    assert exact < goal_probabilities(table, 10)[10][start]

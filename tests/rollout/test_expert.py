@@ -72,6 +72,25 @@ def test_located_thoughts_fit_the_presets_reply_budget_and_play_the_same_moves(t
         assert longest <= spec.max_reply_tokens  # the generator refuses longer replies
 
 
+@pytest.mark.parametrize("thought", ["relative", "located"])
+def test_toward_lake_dialogues_fit_the_reply_budget_and_repeat_one_move(tokenizer, thought):
+    spec, c = _spec("frozen-lake")
+    options = {"random_ends": True, "offsets": True}
+    dialogues = expert_dialogues(
+        tokenizer,
+        c.env.name,
+        expert_seeds(0, 0, 16),
+        spec,
+        env_options=options,
+        thought=thought,
+        lake="toward",
+    )
+    for dialogue in dialogues:
+        for turn in dialogue.turns:
+            assert len(set(turn.actions)) == 1 and f"so I go {turn.actions[0]}" in turn.think
+            assert turn.reply_tokens <= spec.max_reply_tokens
+
+
 def test_mask_covers_exactly_the_expert_replies_and_the_stop_rule_ends_them(tokenizer):
     spec, _ = _spec("sokoban")
     (dialogue,) = expert_dialogues(tokenizer, "sokoban", [11], spec)

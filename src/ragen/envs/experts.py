@@ -14,6 +14,9 @@ relates the two.
 - FrozenLake: the open-loop plan of the turn's moves that maximises the probability of
   reaching the goal within the actions left, under the known slippery dynamics (finite-
   horizon value iteration over the transition table); replanned each turn, after the slips.
+  With ``lake="toward"``, the move along the goal's larger offset, repeated for the turn: a
+  weaker player (`config.SftConfig.lake_expert`), but one whose move follows from where the
+  goal lies, which a model can read off the lake.
 - Bandit: the arm with the higher expected payoff.
 - Countdown: the instance's known expression.
 
@@ -26,12 +29,18 @@ import itertools
 from collections import deque
 from dataclasses import dataclass
 
-from ragen.config import EXPERT_THOUGHTS
+from ragen.config import EXPERT_THOUGHTS, LAKE_EXPERTS
 from ragen.envs.bandit import BanditEnv
-from ragen.envs.base import grid_cell
+from ragen.envs.base import grid_cell, relative_position
 from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
-from ragen.envs.frozen_lake import FrozenLakeEnv, goal_sentence, holes_beside, transition_table
+from ragen.envs.frozen_lake import (
+    FrozenLakeEnv,
+    goal_sentence,
+    holes_beside,
+    toward_goal,
+    transition_table,
+)
 from ragen.envs.sokoban import Room, SokobanEnv, cell_distance, relative_cell, solve
 
 # Open-loop moves the lake expert plans in one turn: 4**k sequences are searched, and a
@@ -59,9 +68,12 @@ def has_expert(env) -> bool:
     return isinstance(env, SokobanEnv | FrozenLakeEnv | BanditEnv | CountdownEnv)
 
 
-def expert_move(env, max_actions: int, actions_left: int, thought: str = "relative") -> ExpertMove:
+def expert_move(
+    env, max_actions: int, actions_left: int, thought: str = "relative", lake: str = "optimal"
+) -> ExpertMove:
     """The expert's turn from `env`'s current state: at most `min(max_actions,
-    actions_left)` actions (both >= 1); `thought` is one of `config.EXPERT_THOUGHTS`.
+    actions_left)` actions (both >= 1); `thought` is one of `config.EXPERT_THOUGHTS`, `lake`
+    (how FrozenLake is played) one of `config.LAKE_EXPERTS`.
 
     Raises ExpertError for an env without an expert or a state it cannot move from.
     """
@@ -69,9 +81,13 @@ def expert_move(env, max_actions: int, actions_left: int, thought: str = "relati
         raise ValueError(f"an expert turn needs an action: got {max_actions=}, {actions_left=}")
     if thought not in EXPERT_THOUGHTS:
         raise ValueError(f"thought must be one of {', '.join(EXPERT_THOUGHTS)}; got {thought!r}")
+    if lake not in LAKE_EXPERTS:
+        raise ValueError(f"lake must be one of {', '.join(LAKE_EXPERTS)}; got {lake!r}")
     limit, located = min(max_actions, actions_left), thought == "located"
     if isinstance(env, SokobanEnv):
         return _sokoban(env, limit, located)
+    if isinstance(env, FrozenLakeEnv) and lake == "toward":
+        return _toward_lake(env, limit, located)
     if isinstance(env, FrozenLakeEnv):
         return _frozen_lake(env, limit, actions_left, located)
     if isinstance(env, BanditEnv):
@@ -257,6 +273,32 @@ def _frozen_lake(env: FrozenLakeEnv, limit: int, actions_left: int, located: boo
     plan = " then ".join(moves)
     reason = f"gives {chance} chance to reach it in the {actions_left} {unit} left."
     return ExpertMove(f"{goal} {beside} {plan} {reason}", moves)
+
+
+def _toward_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
+    """The move along the goal's larger offset (`frozen_lake.toward_goal`), `limit` times, and
+    the thought that reads it off the offsets: "The goal G is 3 above and 2 left of me. 3
+    above is farther than 2 left, so I go Up then Up."."""
+    rows, state = env.rows, env.state
+    if not rows:
+        raise ExpertError("the lake has no map yet: reset the env first")
+    size, goal = len(rows), "".join(rows).index("G")
+    if state == goal:
+        raise ExpertError("the player stands on the goal: the episode is over")
+    (row, col), (goal_row, goal_col) = divmod(state, size), divmod(goal, size)
+    move = toward_goal(goal, state, size)
+    vertical = relative_position(goal_row - row, 0, "").strip()
+    horizontal = relative_position(0, goal_col - col, "").strip().removesuffix(" of")
+    if goal_row == row or goal_col == col:
+        why = "It is in line with me"
+    elif abs(goal_row - row) == abs(goal_col - col):
+        why = f"{vertical} is as far as {horizontal}, and on a tie I go up or down"
+    else:
+        near, far = (horizontal, vertical) if move in ("Up", "Down") else (vertical, horizontal)
+        why = f"{far} is farther than {near}"
+    moves = (move,) * limit
+    why = f"{why}, so I go {' then '.join(moves)}."
+    return ExpertMove(f"{goal_sentence(rows, state, located=located)} {why}", moves)
 
 
 # ------------------------------------------------------------------ Bandit and Countdown

@@ -150,6 +150,7 @@ class SftTrainer(Trainer):
                 self.spec,
                 env_options=c.env.options,
                 thought=c.sft.thought,
+                lake=c.sft.lake_expert,
             ):
                 if c.sft.keep == "all" or dialogue.success:
                     kept.append(dialogue)
