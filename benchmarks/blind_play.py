@@ -135,7 +135,7 @@ def main() -> None:
         )
     command = "python benchmarks/blind_play.py"
     command += f" --n {args.n} --turns {args.turns} --per-turn {args.per_turn}"
-    command += "".join(f" --eval {p}" for p in args.eval) + (
+    command += (" --eval " + " ".join(map(str, args.eval)) if args.eval else "") + (
         f" --out {args.out}" if args.out else ""
     )
     result = {
