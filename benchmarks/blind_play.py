@@ -10,10 +10,11 @@ evaluation levels (the seeds `ragen eval` and training evaluations use):
 - the best sequence in which each of ``--turns`` turns repeats one move ``--per-turn`` times
   (``Right Right | Up Up | …``: the shape a collapsed policy takes), found by trying all
   4**turns of them;
-- for each ``--eval`` file (an evaluation's episodes), the policy's own most frequent
-  complete sequence, replayed on every level; beside it the share of the file's episodes
-  whose actions are that sequence or a prefix of it (an episode that solved its level stops
-  early): near 1, the policy no longer looks at the room.
+- for each ``--eval`` file (an evaluation's episodes), the policy's action template (its
+  most frequent sequence among the episodes it did not solve) replayed on every level;
+  beside it the share of the file's episodes whose actions are that sequence or a prefix of
+  it (`ragen eval` prints it as "one action sequence"): near 1, the policy no longer looks
+  at the room.
 
 Exact: the levels are stepped by `SokobanEnv` itself, no sampling. Prints a table and writes
 ``benchmarks/results/blind_play[_NAME].json``.
@@ -23,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 from pathlib import Path
 
 from ragen import envs
 from ragen.envs.sokoban import Room
 from ragen.rollout.loop import EVAL_SEED_BASE
-from ragen.train.evaluator import eval_seeds
+from ragen.train.evaluator import action_template, eval_seeds
 
 RESULTS = Path(__file__).parent / "results"
 MOVES = ("Up", "Down", "Left", "Right")
@@ -87,20 +87,17 @@ def best_repeated(rooms: list[Room], turns: int, per_turn: int) -> tuple[list[st
 
 
 def policy_template(path: Path) -> tuple[list[str], float, int]:
-    """From an evaluation's episodes: the most frequent sequence among those that did not
-    solve their level (played to the end of the budget), the share of all episodes whose
-    actions are it or a prefix of it, and the episode count."""
+    """From an evaluation's episodes: the policy's action template, the share of episodes
+    that follow it (`evaluator.action_template`), and the episode count."""
     episodes = []
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         actions = [a for turn in record["turns"] for a in (turn.get("actions") or [])]
         episodes.append((actions, bool(record.get("success"))))
-    unsolved = Counter(tuple(actions) for actions, won in episodes if not won)
-    if not unsolved:
+    template, share = action_template(episodes)
+    if not template:
         raise SystemExit(f"{path}: every episode solved its level; no full sequence to read")
-    template = list(unsolved.most_common(1)[0][0])
-    follows = sum(actions == template[: len(actions)] for actions, _ in episodes)
-    return template, follows / len(episodes), len(episodes)
+    return list(template), share, len(episodes)
 
 
 def main() -> None:

@@ -101,3 +101,29 @@ def test_only_a_generator_that_keeps_caches_plays_in_waves(tiny):
     assert evaluator.eval_wave(cached, spec, 10**12) == 1  # never fewer than one seed
     # Kept caches of 10^12 tokens fit nowhere, and one seed is still played.
     assert kept_cache_episodes(model, 10**12) == 1
+
+
+def test_the_action_template_is_the_most_frequent_unsolved_sequence_and_its_prefixes():
+    episodes = [
+        (["Right", "Right", "Up", "Up"], False),
+        (["Right", "Right", "Up", "Up"], False),
+        (["Right", "Right"], True),  # solved on the template's way: it follows it
+        (["Right"], False),  # cut short without success: a prefix, it follows it too
+        (["Down", "Down", "Up", "Up"], False),
+        (["Left"], True),
+    ]
+    assert evaluator.action_template(episodes) == (("Right", "Right", "Up", "Up"), 4 / 6)
+    assert evaluator.action_template([(["Up"], True)]) == ((), 0.0)  # all solved: none
+
+
+def test_the_summary_names_the_action_template_and_its_share():
+    episodes = [
+        _episode(0, 0, True, "terminated"),
+        _episode(0, 1, False, "truncated:turns"),
+        _episode(1, 0, False, "truncated:actions"),
+    ]
+    moves = [[turn.actions for turn in t.turns] for t in episodes]
+    s = summarize(episodes)
+    assert s["action_template"] == [a for turn in moves[1] for a in turn]
+    assert s["action_template_share"] == 1.0  # the three play the same two-turn moves
+    assert "one action sequence 100.0%" in evaluator.format_summary("sokoban", s)

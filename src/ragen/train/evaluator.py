@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,6 +27,26 @@ def eval_seeds(n: int, base: int) -> list[int]:
     return list(range(base, base + n))
 
 
+def action_template(
+    episodes: Iterable[tuple[Sequence[str], bool]],
+) -> tuple[tuple[str, ...], float]:
+    """The policy's most frequent action sequence and how much of its play it is.
+
+    episodes: (actions, success) per episode. The template is the most frequent sequence
+    among the episodes that did not succeed (played to the end of their budget); its share
+    counts every episode whose actions are it or a prefix of it (a success ends an episode
+    early). Near 1 on a multi-turn game, the policy plays the same moves whatever the level:
+    the Echo Trap, however high its success. ((), 0.0) when every episode succeeded.
+    """
+    played = [(tuple(actions), success) for actions, success in episodes]
+    failed = Counter(actions for actions, success in played if not success)
+    if not failed:
+        return (), 0.0
+    template = failed.most_common(1)[0][0]
+    follows = sum(actions == template[: len(actions)] for actions, _ in played)
+    return template, follows / len(played)
+
+
 def summarize(trajectories: Sequence[Trajectory]) -> dict:
     """Summary numbers of an evaluation; groups are seeds, copies are the k tries of pass@k.
 
@@ -41,6 +61,9 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
     n = len(trajectories)
     turns = [turn for t in trajectories for turn in t.turns]
     ends = Counter(t.end for t in trajectories)
+    template, share = action_template(
+        ([a for turn in t.turns for a in turn.actions], t.success) for t in trajectories
+    )
     return {
         "episodes": n,
         "seeds": len(by_group),
@@ -53,6 +76,8 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
         "format_ok": sum(turn.format_ok for turn in turns) / max(1, len(turns)),
         "reply_tokens_mean": sum(turn.reply_tokens for turn in turns) / max(1, len(turns)),
         "end": {reason: ends.get(reason, 0) / n for reason in END_REASONS},
+        "action_template": list(template),
+        "action_template_share": share,
     }
 
 
@@ -64,7 +89,8 @@ def format_summary(env: str, summary: dict) -> str:
         f"{summary['pass_at_k']:.2%}  reward {summary['reward_mean']:+.3f}  "
         f"({summary['episodes']} episodes, {summary['seeds']} seeds)\n"
         f"  turns {summary['turns_mean']:.2f}  actions {summary['actions_mean']:.2f}  "
-        f"format-ok {summary['format_ok']:.2%}  reply tokens {summary['reply_tokens_mean']:.1f}\n"
+        f"format-ok {summary['format_ok']:.2%}  reply tokens {summary['reply_tokens_mean']:.1f}  "
+        f"one action sequence {summary['action_template_share']:.1%}\n"
         f"  ended: {ends}" + (_format_cost(summary["cost"]) if "cost" in summary else "")
     )
 

@@ -514,7 +514,8 @@ class Trainer:
             if distributed.is_main():
                 with self.run.writing(self.run.evals):
                     append_jsonl(self.run.evals, [{"step": step, **summary}])
-            for key in ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean"):
+            figures = ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean")
+            for key in (*figures, "action_template_share"):
                 metrics[f"eval/{env}/{key}"] = summary[key]
             when = "before training" if step == BEFORE_TRAINING else f"step {step}"
             say(
