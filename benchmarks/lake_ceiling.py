@@ -1,7 +1,7 @@
 """The best success any policy can have on the FrozenLake evaluation lakes, by action budget,
 beside two baselines: uniformly random play and walking toward the goal.
 
-    python benchmarks/lake_ceiling.py [--n 256] [--budgets 5 10 20 50 100]
+    python benchmarks/lake_ceiling.py [--n 256] [--budgets 5 10 20 50 100] [--turns 5 --per-turn 2]
 
 For each of the ``--n`` evaluation lakes (the seeds `ragen eval` and training evaluations
 use), finite-horizon value iteration over the known slippery dynamics gives the highest
@@ -10,7 +10,10 @@ is their mean, the ceiling a FrozenLake success rate is read against; on the cor
 (start top-left, goal bottom-right) and on lakes with random ends (``random_ends=true``, as
 RAGEN draws them). The floor beside it: a policy that draws each action uniformly, and one
 that always steps toward the goal along its larger offset (row first on a tie), blind to
-holes (`envs.experts.policy_success` on the same table). Writes
+holes (`envs.experts.policy_success` on the same table). Then the two experts of `ragen sft`
+as they play a rollout: ``--turns`` turns of ``--per-turn`` actions chosen at the turn's
+start and played blind (`envs.experts.turn_play_success`): the optimal plan
+(``sft.lake_expert=optimal``) and the larger offset's move repeated (``toward``). Writes
 ``benchmarks/results/lake_ceiling.json``. Exact arithmetic on the transition table: no
 sampling, so the numbers do not vary between runs or machines.
 """
@@ -19,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
 
 from ragen import envs
-from ragen.envs.experts import goal_probabilities, policy_success
+from ragen.envs.experts import goal_probabilities, lake_plan, policy_success, turn_play_success
 from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
 from ragen.rollout.loop import EVAL_SEED_BASE
 from ragen.train.evaluator import eval_seeds
@@ -64,10 +68,38 @@ def ceilings(
     }
 
 
+def _optimal_moves(
+    rows: tuple[str, ...], slippery: bool, per_turn: int, cell: int, left: int
+) -> tuple[str, ...]:
+    return lake_plan(rows, cell, per_turn, left, slippery)[0]
+
+
+def _toward_moves(rows: tuple[str, ...], per_turn: int, cell: int, left: int) -> list[str]:
+    return [toward_goal("".join(rows).index("G"), cell, len(rows))] * per_turn
+
+
+def expert_play(env_name: str, n: int, turns: int, per_turn: int, random_ends: bool) -> dict:
+    """Mean success over the evaluation lakes of the two experts played turn by turn."""
+    env = envs.make(env_name, random_ends=random_ends)
+    totals = {"optimal": 0.0, "toward": 0.0}
+    for seed in eval_seeds(n, EVAL_SEED_BASE):
+        env.reset(seed)
+        table = transition_table(env.rows, env.slippery)
+        experts = {
+            "optimal": partial(_optimal_moves, env.rows, env.slippery, per_turn),
+            "toward": partial(_toward_moves, env.rows, per_turn),
+        }
+        for who, moves in experts.items():
+            totals[who] += turn_play_success(table, env.state, moves, turns, per_turn)
+    return {who: total / n for who, total in totals.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=256, help="evaluation lakes")
     parser.add_argument("--budgets", type=int, nargs="+", default=[5, 10, 20, 50, 100])
+    parser.add_argument("--turns", type=int, default=5, help="turns of the experts' play")
+    parser.add_argument("--per-turn", type=int, default=2, help="actions per turn")
     args = parser.parse_args()
     rows = {}
     print(f"{'env':<30}{'policy':<13}" + "".join(f"{b:>9}" for b in args.budgets) + "  (actions)")
@@ -77,9 +109,19 @@ def main() -> None:
             rows[name] = ceilings(env, args.n, args.budgets, random_ends)
             for who, row in rows[name].items():
                 print(f"{name:<30}{who:<13}" + "".join(f"{row[b]:>9.2%}" for b in args.budgets))
+    print(
+        f"\nthe experts played {args.turns} turns of {args.per_turn} actions, blind within a turn"
+    )
+    play = {}
+    for random_ends in (False, True):
+        for env in ("frozen-lake", "frozen-lake-8x8"):
+            name = f"{env} random_ends" if random_ends else env
+            play[name] = expert_play(env, args.n, args.turns, args.per_turn, random_ends)
+            print(f"{name:<30}" + "".join(f"{who} {v:.2%}  " for who, v in play[name].items()))
     result = {
         "command": "python benchmarks/lake_ceiling.py "
-        + f"--n {args.n} --budgets {' '.join(map(str, args.budgets))}",
+        + f"--n {args.n} --budgets {' '.join(map(str, args.budgets))}"
+        + f" --turns {args.turns} --per-turn {args.per_turn}",
         "eval_lakes": args.n,
         **{
             f"{who}_success": {
@@ -87,6 +129,11 @@ def main() -> None:
                 for name, per_env in rows.items()
             }
             for who in ("optimal", "random", "toward_goal")
+        },
+        "expert_play": {
+            "turns": args.turns,
+            "per_turn": args.per_turn,
+            **{name: {who: round(v, 4) for who, v in row.items()} for name, row in play.items()},
         },
     }
     RESULTS.mkdir(exist_ok=True)

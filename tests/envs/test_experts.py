@@ -11,8 +11,9 @@ from ragen.envs.experts import (
     has_expert,
     lake_plan,
     policy_success,
+    turn_play_success,
 )
-from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
+from ragen.envs.frozen_lake import toward_goal, transition_table
 from ragen.envs.sokoban import Room, solve
 
 SEEDS = range(40)
@@ -289,25 +290,10 @@ def test_toward_lake_play_scores_what_its_policy_is_worth():
     rows = ("FFFH", "FHFF", "SFFF", "HFFG")
     table = transition_table(rows)
     start = "".join(rows).index("S")
-    # Exact: propagate the cell distribution turn by turn; each turn repeats toward_goal
-    # from the turn's first cell, twice.
-    belief, exact = {start: 1.0}, 0.0
-    for _ in range(5):
-        after: dict[int, float] = {}
-        for cell, p in belief.items():
-            action = toward_goal("".join(rows).index("G"), cell, len(rows))
-            now = {cell: p}
-            for _ in range(2):
-                nxt: dict[int, float] = {}
-                for s, q in now.items():
-                    for chance, landed, reward, done in table[s][ACTIONS.index(action)]:
-                        exact += q * chance * reward
-                        if not done:
-                            nxt[landed] = nxt.get(landed, 0.0) + q * chance
-                now = nxt
-            for s, q in now.items():
-                after[s] = after.get(s, 0.0) + q
-        belief = after
+    goal = "".join(rows).index("G")
+    exact = turn_play_success(
+        table, start, lambda cell, left: [toward_goal(goal, cell, len(rows))] * 2, 5, 2
+    )
     env, wins = envs.make("frozen-lake"), 0
     for seed in range(3000):
         env.load(rows, seed)
@@ -321,3 +307,21 @@ def test_toward_lake_play_scores_what_its_policy_is_worth():
                     break
     assert wins / 3000 == pytest.approx(exact, abs=0.03)  # SE about 0.009
     assert exact < goal_probabilities(table, 10)[10][start]
+
+
+def test_turn_play_success_by_hand():
+    # Cells 0 S, 1 G / 2 F, 3 F. Right slides Up or Down w.p. 1/3 each. From S, Right reaches
+    # G w.p. 1/3, stays on S (slid Up into the edge) w.p. 1/3, or lands on cell 2 w.p. 1/3.
+    # The turn's second Right reaches G w.p. 1/3 from S and never from cell 2 (it lands on
+    # 3, slides Up to S or Down into the edge).
+    table = transition_table(("SG", "FF"))
+    assert turn_play_success(table, 0, lambda cell, left: ["Right", "Right"], 1, 2) == (
+        pytest.approx(1 / 3 + 1 / 3 * 1 / 3)
+    )
+    # After that turn the player is on S w.p. 2/9, on cell 2 w.p. 2/9, on cell 3 w.p. 1/9.
+    # A second turn wins 4/9 from S; 2/9 from cell 2 (to 3 then Up, or to S then Right); 5/9
+    # from cell 3 (Up on the first action, or on the second after staying w.p. 2/3).
+    second = 2 / 9 * 4 / 9 + 2 / 9 * 2 / 9 + 1 / 9 * 5 / 9
+    assert turn_play_success(table, 0, lambda cell, left: ["Right", "Right"], 2, 2) == (
+        pytest.approx(4 / 9 + second)
+    )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ragen.config import EXPERT_THOUGHTS, LAKE_EXPERTS
@@ -219,6 +220,48 @@ def _goal_distances(rows: tuple[str, ...]) -> list[int]:
     return far
 
 
+def play_blind(
+    table: tuple, belief: dict[int, float], plan: Sequence[int]
+) -> tuple[float, dict[int, float]]:
+    """The actions ``plan`` (indices in ACTIONS order) played without looking, from the
+    distribution ``belief`` over cells: (the probability of reaching the goal on the way, the
+    distribution over the cells still on the ice after them). An episode stops in a hole or
+    at the goal."""
+    reached = 0.0
+    for action in plan:
+        after: dict[int, float] = {}
+        for s, p in belief.items():
+            for q, nxt, reward, done in table[s][action]:
+                reached += p * q * reward
+                if not done:
+                    after[nxt] = after.get(nxt, 0.0) + p * q
+        belief = after
+    return reached, belief
+
+
+def turn_play_success(
+    table: tuple,
+    start: int,
+    moves: Callable[[int, int], Sequence[str]],
+    turns: int,
+    per_turn: int,
+) -> float:
+    """The probability of reaching the goal from ``start`` when each of ``turns`` turns plays
+    ``moves(cell, actions_left)`` (action names, ``per_turn`` of them) blind from the cell the
+    turn starts on, as the expert plays a rollout's turns; exact, by `play_blind`."""
+    belief, reached, left = {start: 1.0}, 0.0, turns * per_turn
+    for _ in range(turns):
+        after: dict[int, float] = {}
+        for cell, p in belief.items():
+            plan = [LAKE_ACTIONS.index(a) for a in moves(cell, left)]
+            won, ice = play_blind(table, {cell: p}, plan)
+            reached += won
+            for s, q in ice.items():
+                after[s] = after.get(s, 0.0) + q
+        belief, left = after, left - per_turn
+    return reached
+
+
 def lake_plan(
     rows: tuple[str, ...], state: int, moves: int, actions_left: int, slippery: bool = True
 ) -> tuple[tuple[str, ...], float]:
@@ -238,15 +281,7 @@ def lake_plan(
     best_key: tuple[int, float, tuple[int, ...]] | None = None
     best_success = 0.0
     for plan in itertools.product(range(len(LAKE_ACTIONS)), repeat=moves):
-        belief, reached = {state: 1.0}, 0.0
-        for action in plan:
-            after: dict[int, float] = {}
-            for s, p in belief.items():
-                for q, nxt, reward, done in table[s][action]:
-                    reached += p * q * reward
-                    if not done:
-                        after[nxt] = after.get(nxt, 0.0) + p * q
-            belief = after
+        reached, belief = play_blind(table, {state: 1.0}, plan)
         left = actions_left - moves
         success = reached + sum(p * values[left][s] for s, p in belief.items())
         on_ice = sum(belief.values())
