@@ -28,8 +28,9 @@ from pathlib import Path
 
 from ragen import envs
 from ragen.envs.sokoban import Room
+from ragen.monitor.metrics import action_template
 from ragen.rollout.loop import EVAL_SEED_BASE
-from ragen.train.evaluator import action_template, eval_seeds
+from ragen.train.evaluator import eval_seeds
 
 RESULTS = Path(__file__).parent / "results"
 MOVES = ("Up", "Down", "Left", "Right")
@@ -88,7 +89,7 @@ def best_repeated(rooms: list[Room], turns: int, per_turn: int) -> tuple[list[st
 
 def policy_template(path: Path) -> tuple[list[str], float, int]:
     """From an evaluation's episodes: the policy's action template, the share of episodes
-    that follow it (`evaluator.action_template`), and the episode count."""
+    that follow it (`monitor.metrics.action_template`), and the episode count."""
     episodes = []
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)

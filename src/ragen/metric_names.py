@@ -27,6 +27,7 @@ DISTINCT_THINK = "diversity/distinct_2gram_think"
 THINK_TOKENS_MEAN = "think/tokens_mean"
 THINK_EMPTY_SHARE = "think/empty_share"
 THINK_TEMPLATE_SHARE = "think/template_share"
+ACTION_TEMPLATE_SHARE = "diversity/action_template_share"
 
 # filter/… : what the uncertainty filter kept (ragen.algos.filtering.select_groups)
 KEPT_GROUPS = "filter/kept_groups"

@@ -88,6 +88,8 @@ def test_diversity_metrics_by_hand():
     assert m["think/tokens_mean"] == pytest.approx((8 + 8 + 7 + 0) / 4)
     assert m["think/empty_share"] == pytest.approx(1 / 4)
     assert m["think/template_share"] == pytest.approx(1 / 4)  # the example thought
+    # Failed action sequences: (Up,) twice, (Up, Up) once; the longer one is no prefix of it.
+    assert m["diversity/action_template_share"] == pytest.approx(2 / 3)
 
 
 def test_diversity_metrics_of_nothing_are_zero():

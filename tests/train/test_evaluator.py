@@ -3,6 +3,7 @@ from tests.rollout.test_trajectory import _two_turn_trajectory
 
 from ragen import config
 from ragen.envs.sokoban import SokobanEnv
+from ragen.monitor.metrics import action_template
 from ragen.rollout.backends import make_generator
 from ragen.rollout.generator import kept_cache_episodes
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec
@@ -112,8 +113,8 @@ def test_the_action_template_is_the_most_frequent_unsolved_sequence_and_its_pref
         (["Down", "Down", "Up", "Up"], False),
         (["Left"], True),
     ]
-    assert evaluator.action_template(episodes) == (("Right", "Right", "Up", "Up"), 4 / 6)
-    assert evaluator.action_template([(["Up"], True)]) == ((), 0.0)  # all solved: none
+    assert action_template(episodes) == (("Right", "Right", "Up", "Up"), 4 / 6)
+    assert action_template([(["Up"], True)]) == ((), 0.0)  # all solved: none
 
 
 def test_the_summary_names_the_action_template_and_its_share():

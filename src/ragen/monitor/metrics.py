@@ -4,7 +4,8 @@ and how varied the replies are (``diversity/…``, ``think/…``)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from functools import cache
 
 import torch
@@ -74,6 +75,7 @@ DIVERSITY_METRICS = (
     names.THINK_TOKENS_MEAN,
     names.THINK_EMPTY_SHARE,
     names.THINK_TEMPLATE_SHARE,
+    names.ACTION_TEMPLATE_SHARE,
 )
 
 
@@ -143,6 +145,26 @@ def template_thinks(
     return copied | ({_normalise(e) for e in copies} & set(where))
 
 
+def action_template(
+    episodes: Iterable[tuple[Sequence[str], bool]],
+) -> tuple[tuple[str, ...], float]:
+    """The policy's most frequent action sequence and how much of its play it is.
+
+    episodes: (actions, success) per episode. The template is the most frequent sequence
+    among the episodes that did not succeed (played to the end of their budget); its share
+    counts every episode whose actions are it or a prefix of it (a success ends an episode
+    early). Near 1 on a multi-turn game, the policy plays the same moves whatever the level:
+    the Echo Trap, however high its success. ((), 0.0) when every episode succeeded.
+    """
+    played = [(tuple(actions), success) for actions, success in episodes]
+    failed = Counter(actions for actions, success in played if not success)
+    if not failed:
+        return (), 0.0
+    template = failed.most_common(1)[0][0]
+    follows = sum(actions == template[: len(actions)] for actions, _ in played)
+    return template, follows / len(played)
+
+
 def diversity_metrics(
     trajectories: Sequence[Trajectory], *, template_min_groups: int = 3
 ) -> dict[str, float]:
@@ -155,7 +177,10 @@ def diversity_metrics(
     - ``think/tokens_mean``: mean think length in tokens per reply;
     - ``think/empty_share``: share of replies whose think is empty (or missing);
     - ``think/template_share``: share of replies whose think is a template
-      (:func:`template_thinks`).
+      (:func:`template_thinks`);
+    - ``diversity/action_template_share``: share of the step's episodes that play its most
+      frequent failed action sequence or a prefix of it (:func:`action_template`; across
+      groups, so near 1 means the same moves on different levels).
     All are 0.0 for a step without replies.
     """
     turns = [turn for t in trajectories for turn in t.turns]
@@ -172,6 +197,9 @@ def diversity_metrics(
         names.THINK_TOKENS_MEAN: _mean([u.think_tokens for u in turns]),
         names.THINK_EMPTY_SHARE: _mean([float(not u.think.strip()) for u in turns]),
         names.THINK_TEMPLATE_SHARE: _mean([float(_normalise(u.think) in templates) for u in turns]),
+        names.ACTION_TEMPLATE_SHARE: action_template(
+            ([a for u in t.turns for a in u.actions], t.success) for t in trajectories
+        )[1],
     }
 
 

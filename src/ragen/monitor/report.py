@@ -102,6 +102,7 @@ PLOTS = (
         (
             Panel("distinct replies in a group", (names.DISTINCT_REPLY,)),
             Panel("distinct think bigrams", (names.DISTINCT_THINK,)),
+            Panel("episodes playing one action sequence", (names.ACTION_TEMPLATE_SHARE,)),
             Panel("prompt-reasoning MI (nats)", (names.MI,)),
             Panel("prompt retrieval accuracy", (names.RETRIEVAL_ACC,)),
         ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from tqdm import tqdm
 from ragen import phases
 from ragen.config import MAX_EVAL_EPISODES, Config, TrainerConfig, env_options
 from ragen.monitor.jsonl import RunDirError, append_jsonl
+from ragen.monitor.metrics import action_template
 from ragen.monitor.rundir import RunDir
 from ragen.rollout.generator import CachedGenerator, Generator, kept_cache_episodes
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
@@ -25,26 +26,6 @@ from ragen.train import distributed
 def eval_seeds(n: int, base: int) -> list[int]:
     """The fixed seeds of an evaluation of ``n`` levels: the same for every model and run."""
     return list(range(base, base + n))
-
-
-def action_template(
-    episodes: Iterable[tuple[Sequence[str], bool]],
-) -> tuple[tuple[str, ...], float]:
-    """The policy's most frequent action sequence and how much of its play it is.
-
-    episodes: (actions, success) per episode. The template is the most frequent sequence
-    among the episodes that did not succeed (played to the end of their budget); its share
-    counts every episode whose actions are it or a prefix of it (a success ends an episode
-    early). Near 1 on a multi-turn game, the policy plays the same moves whatever the level:
-    the Echo Trap, however high its success. ((), 0.0) when every episode succeeded.
-    """
-    played = [(tuple(actions), success) for actions, success in episodes]
-    failed = Counter(actions for actions, success in played if not success)
-    if not failed:
-        return (), 0.0
-    template = failed.most_common(1)[0][0]
-    follows = sum(actions == template[: len(actions)] for actions, _ in played)
-    return template, follows / len(played)
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict:
