@@ -151,7 +151,8 @@ def action_template(
     """The policy's most frequent action sequence and how much of its play it is.
 
     episodes: (actions, success) per episode. The template is the most frequent sequence
-    among the episodes that did not succeed (played to the end of their budget); its share
+    among the episodes that ended without success (mostly at the end of their budget, so a
+    full sequence, not one cut short by a win); its share
     counts every episode whose actions are it or a prefix of it (a success ends an episode
     early). Near 1 on a multi-turn game, the policy plays the same moves whatever the level:
     the Echo Trap, however high its success. ((), 0.0) when every episode succeeded.
