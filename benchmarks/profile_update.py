@@ -103,11 +103,14 @@ def kind_of(name: str) -> str:
     return "other"
 
 
-def op_table(prof) -> list[dict]:
-    """Per op name: calls and self CPU seconds, largest first."""
+def op_table(prof, by_shape: bool = False) -> list[dict]:
+    """Per op name (and, with ``by_shape``, per list of input shapes: which tensors an op
+    spends its time on, e.g. the LM head's (positions, vocab) logits against one layer's
+    (rows, tokens, hidden) activations): calls and self CPU seconds, largest first."""
     rows = [
         {"op": e.key, "calls": e.count, "self_s": e.self_cpu_time_total / 1e6}
-        for e in prof.key_averages()
+        | ({"shapes": str(e.input_shapes)} if by_shape else {})
+        for e in prof.key_averages(group_by_input_shape=by_shape)
     ]
     return sorted(rows, key=lambda r: -r["self_s"])
 
@@ -127,6 +130,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--top", type=int, default=25, help="ops listed by self time")
+    parser.add_argument(
+        "--by-shape",
+        action="store_true",
+        help="also list the top ops split by their input shapes (records shapes: slower)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/profile_update.json"))
     return parser.parse_args()
 
@@ -146,12 +154,13 @@ def main() -> None:
         started = time.perf_counter()
         trainer.update(data, 0)
         plain_s = time.perf_counter() - started
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=args.by_shape) as prof:
             started = time.perf_counter()
             trainer.update(data, 1)
             profiled_s = time.perf_counter() - started
         shape = model_shape(trainer.m.policy)
     ops = op_table(prof)
+    shaped = op_table(prof, by_shape=True)[: args.top] if args.by_shape else []
     kinds = by_kind(ops)
     total = sum(kinds.values())
     peak = matmul_peak(shape, 1024)
@@ -165,6 +174,8 @@ def main() -> None:
             f"{r['op'][:52]:<52} {r['calls']:>7} {r['self_s']:>8.2f} "
             f"{r['self_s'] / total:>7.1%}  {kind_of(r['op'])}"
         )
+    for r in shaped:
+        print(f"{r['op'][:30]:<30} {r['calls']:>6} {r['self_s']:>7.2f}  {r['shapes'][:80]}")
     print(
         f"\nmatmul peak in this run: bf16 {peak['bf16_gflops']:.0f} GFLOP/s, "
         f"fp32 {peak['fp32_gflops']:.0f} GFLOP/s"
@@ -176,6 +187,7 @@ def main() -> None:
             "command": "python benchmarks/profile_update.py --preset "
             + args.preset
             + f" --threads {args.threads}"
+            + (" --by-shape" if args.by_shape else "")
             + "".join(f" --set {s}" for s in args.set),
             "machine": desc,
             "rollout": batch,
@@ -183,6 +195,7 @@ def main() -> None:
             "profiled_update_s": round(profiled_s, 2),
             "self_s_by_kind": {k: round(v, 3) for k, v in kinds.items()},
             "share_by_kind": {k: round(v / total, 4) for k, v in kinds.items()},
+            "ops_by_shape": [{**r, "self_s": round(r["self_s"], 4)} for r in shaped],
             "ops": [{**r, "self_s": round(r["self_s"], 4), "kind": kind_of(r["op"])} for r in ops],
             "matmul_peak": peak,
         },

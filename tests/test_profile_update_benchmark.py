@@ -38,3 +38,18 @@ def test_a_profiled_matmul_lands_in_the_matmul_kind():
     kinds = profile_update.by_kind(ops)
     assert kinds["matmul"] > 0
     assert abs(sum(kinds.values()) - sum(r["self_s"] for r in ops)) < 1e-9
+
+
+def test_ops_split_by_input_shape():
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    c, d = torch.randn(8, 8), torch.randn(8, 8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        a @ b
+        c @ d
+        c @ d
+    mms = {
+        r["shapes"]: r["calls"]
+        for r in profile_update.op_table(prof, True)
+        if r["op"] == "aten::mm"
+    }
+    assert mms == {"[[64, 32], [32, 16]]": 1, "[[8, 8], [8, 8]]": 2}
