@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -34,11 +33,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from measure import machine, matmul_peak, model_shape, write_summary
-from ragen import config
-from ragen.monitor.rundir import RunDir
-from ragen.train.trainer import Trainer
-from update import QUIET, collect_batch
+from measure import matmul_peak, model_shape, write_summary
+from update import collected
 
 KINDS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn", "onednn"),
@@ -142,12 +138,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    cfg = config.load(args.preset, [*QUIET, "monitor.enabled=false", *args.set])
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, RunDir(Path(tmp) / "run"))
-        desc = machine(next(trainer.m.policy.parameters()).dtype)
-        kept, batch = collect_batch(trainer)
-        print(f"rollout: {batch}", flush=True)
+    with collected(args.preset, args.set) as (trainer, desc, kept, batch):
         data = trainer.prepare(kept)
         # the unprofiled update changes the weights; the profiled one then sees the same
         # shapes, which is all its op times depend on

@@ -39,6 +39,7 @@ import json
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -231,15 +232,25 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(args.threads)
-    cfg = config.load(args.preset, [*QUIET, "monitor.enabled=false", *args.set])
+@contextmanager
+def collected(preset: str, overrides: list[str]):
+    """A Trainer of ``preset`` (quiet, monitor off, ``overrides`` last) in a temporary run
+    directory, with the machine's description and one real rollout collected and filtered:
+    yields (trainer, machine description, kept trajectories, rollout figures)."""
+    cfg = config.load(preset, [*QUIET, "monitor.enabled=false", *overrides])
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, RunDir(Path(tmp) / "run"))
         desc = machine(next(trainer.m.policy.parameters()).dtype)
         kept, batch = collect_batch(trainer)
         print(f"rollout: {batch}", flush=True)
+        yield trainer, desc, kept, batch
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    with collected(args.preset, args.set) as (trainer, desc, kept, batch):
+        cfg = trainer.config
         data, took = timed(lambda: trainer.prepare(kept))
         runs: dict[str, list] = {"ragen": [], "plain": [], "score": [took]}
         for repeat in range(args.repeats):
