@@ -1,7 +1,7 @@
 """Where an update's time goes, op by op: one real PPO update under ``torch.profiler``.
 
     python benchmarks/profile_update.py [--preset sokoban] [--set KEY=VALUE ...]
-        [--threads 2] [--top 25] [--out benchmarks/results/profile_update.json]
+        [--threads 2] [--top 25] [--by-shape] [--out benchmarks/results/profile_update.json]
 
 The batch is real: the Trainer's own stages collect one rollout of the preset with the
 embedded model, filter and score it (as ``update.py`` does). The update then runs twice: once
@@ -18,8 +18,10 @@ unprofiled (its wall time, and warm caches), once under the profiler. Each op's 
 - ``other``: the rest.
 
 The table prints each kind's seconds and share of the profiled update, the top ops by self
-time, and the matmul share of the bf16/fp32 peak measured in the same run, so the gap between
-what the GEMMs need and what the update takes is split into named parts.
+time (with ``--by-shape``, also split by their input shapes), and the bf16 and fp32 matmul
+peaks measured in the same run, so the gap between what the GEMMs need and what the update
+takes is split into named parts. Single-tensor AdamW's ``lerp_``, ``sqrt`` and ``addcdiv_``
+are counted by name, under other and elementwise, not under optimizer.
 """
 
 from __future__ import annotations
