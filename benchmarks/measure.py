@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ragen import models
+from ragen.config import ROW_BY_ROW
 from ragen.train.forward import shared_prefix_length
 from ragen.train.update import UpdateData, mini_batch_rows
 
@@ -205,9 +206,10 @@ def add_counts(parts: list[dict]) -> dict:
     return total
 
 
-def flops(shape: dict, tokens: int, attn: int, head_positions: int, models_: int = 2) -> float:
-    """Forward FLOPs: ``models_`` decoders (policy, critic) over ``tokens`` tokens with
-    ``attn`` attended positions, plus the LM head at ``head_positions``."""
+def flops(shape: dict, tokens: int, attn: int, head_positions: int, models_: float = 2) -> float:
+    """Forward FLOPs: ``models_`` decoders (policy, critic; a critic cut to some of the
+    layers counts as that share of one) over ``tokens`` tokens with ``attn`` attended
+    positions, plus the LM head at ``head_positions``."""
     body = 2 * shape["n_body"] * tokens + 4 * shape["layers"] * shape["attn_width"] * attn
     return models_ * body + 2 * shape["hidden"] * shape["vocab"] * head_positions
 
@@ -226,3 +228,24 @@ def update_chunks(
     for mini_data in update_minis(data, ppo_epochs, mini, seed, sort):
         for part in torch.arange(len(mini_data.input_ids)).split(micro):
             yield mini_data.rows(part)
+
+
+def critic_share(trainer) -> float:
+    """The critic's decoder as a share of the policy's (0 without a critic): its layers over
+    the policy's, as ``model.critic_layers`` cuts it."""
+    critic = trainer.m.critic
+    if critic is None:
+        return 0.0
+    return critic.config.num_hidden_layers / trainer.m.policy.config.num_hidden_layers
+
+
+def scored_models(trainer, kept: int) -> tuple[float, bool]:
+    """(decoders the scoring pass runs, a cut critic counted by its share of the layers;
+    whether the policy's LM head is among them)."""
+    c = trainer.config
+    on_policy = trainer.on_policy(kept)
+    critic = trainer.m.critic is not None
+    critic_first = on_policy and critic and c.algo.estimator in ROW_BY_ROW
+    critic_scored = critic_share(trainer) if critic and not critic_first else 0.0
+    decoders = (not on_policy) + critic_scored + (trainer.m.ref is not None)
+    return decoders, not on_policy or trainer.m.ref is not None

@@ -39,16 +39,17 @@ from measure import (
     add_counts,
     chunk_counts,
     copy_bandwidth,
+    critic_share,
     flops,
     machine,
     matmul_peak,
     model_shape,
     opening_counts,
     positions_sum,
+    scored_models,
     update_minis,
 )
 from ragen import config, phases
-from ragen.config import ROW_BY_ROW
 from ragen.monitor.rundir import RunDir
 from ragen.rollout.trajectory import Trajectory, collate
 from ragen.train.forward import shared_prefix_length
@@ -142,16 +143,6 @@ def update_counts(trainer: Trainer, kept: list[Trajectory], step: int) -> dict:
     return {"update": update, "score": score, "rows": len(kept)}
 
 
-def scored_models(trainer: Trainer, kept: int) -> tuple[int, bool]:
-    """(decoders the scoring pass runs, whether the policy's LM head is among them)."""
-    c = trainer.config
-    on_policy = trainer.on_policy(kept)
-    critic = trainer.m.critic is not None
-    critic_first = on_policy and critic and c.algo.estimator in ROW_BY_ROW
-    decoders = (not on_policy) + (critic and not critic_first) + (trainer.m.ref is not None)
-    return int(decoders), not on_policy or trainer.m.ref is not None
-
-
 def phase_work(trainer: Trainer, shape: dict, roll: dict, work: dict | None) -> dict:
     """FLOPs of each phase (bytes for the optimiser) of one step."""
     per_token = 2 * shape["n_body"]
@@ -176,7 +167,7 @@ def phase_work(trainer: Trainer, shape: dict, roll: dict, work: dict | None) -> 
             score["head_positions"] if with_head else 0,
             models_=decoders,
         )
-    trained = 1 + (trainer.m.critic is not None)
+    trained = 1 + critic_share(trainer)
     forward = flops(
         shape,
         upd["computed_tokens"],

@@ -5,15 +5,20 @@
 
 The batch is real: the Trainer's own stages collect one rollout of the preset (Bandit: 8
 groups × 4 copies, two worked turns in the prompt, replies up to 64 tokens) with the embedded
-model, filter it and score it (old log-probs, values, GAE advantages). Then, taking turns so
-that load from others on a shared machine falls on both, the script times
+model and filter it. Each path then scores the rows and updates on them:
 
-- ``ragen``: the real ``ppo_update`` (policy and critic forward + backward, grad clipping,
-  AdamW steps) with its training forward: the rows' shared prompt prefix runs once per
-  micro-batch and the LM head runs only where a sampled token is scored;
-- ``plain``: the same rows, the same losses (``ragen.algos``) and optimiser steps through a
-  plain ``transformers`` forward/backward: full (B, T, V) logits, ``log_softmax``, gather,
-  entropy over the vocabulary, the critic over every row in full.
+- ``ragen``: the Trainer's own ``prepare`` (which scores nothing when the update is exactly
+  on-policy: it takes old log-probs from its forward and trains the critic first), then the
+  real ``ppo_update`` (policy and critic forward + backward, grad clipping, AdamW steps)
+  with its training forward: the rows' shared prompt prefix runs once per micro-batch and
+  the LM head runs only where a sampled token is scored;
+- ``plain``: a scoring pass of full forwards (old log-probs, values; the same estimator and
+  whitening), then the same losses (``ragen.algos``) and optimiser steps through a plain
+  ``transformers`` forward/backward: full (B, T, V) logits, ``log_softmax``, gather, entropy
+  over the vocabulary, the critic over every row in full; under the same autocast.
+
+The updates take turns, so that load from others on a shared machine falls on both; the
+speedup compares score + update on each side.
 
 and, in the same run, the machine's matmul peak: the best fp32 GEMM over a square 2048 one
 and the model's own MLP shapes, and a bf16 GEMM (emulated on CPUs without AVX512-BF16/AMX,
@@ -48,16 +53,19 @@ import torch.nn.functional as F
 from measure import (
     add_counts,
     chunk_counts,
+    critic_share,
     flops,
     machine,
     matmul_peak,
     model_shape,
+    scored_models,
     timed,
     update_chunks,
 )
 from ragen import config, models
-from ragen.algos import aggregate, policy_loss, value_loss
+from ragen.algos import Coefficients, aggregate, estimate, policy_loss, value_loss, whiten
 from ragen.monitor.rundir import RunDir
+from ragen.rollout.trajectory import collate
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateData
 
@@ -68,38 +76,95 @@ QUIET = ["logging.tensorboard=false", "logging.progress=false", "logging.save_tr
 # ---------------------------------------------------------------------------- the two paths
 
 
+def _plain_logprobs(policy, ids, mask, temperature: float):
+    """Log-probs and entropies (B, T) from full (B, T, V) logits: token t given < t."""
+    logits = policy(input_ids=ids, attention_mask=mask).logits
+    logp_all = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return F.pad(logp, (1, 0)), F.pad(entropy, (1, 0))
+
+
+def _plain_values(critic, ids, mask):
+    """V(state before token t), (B, T): the critic's body over every token, then its head."""
+    hidden = critic.body(input_ids=ids, attention_mask=mask).last_hidden_state
+    return F.pad(critic.head(hidden.float()).squeeze(-1)[:, :-1], (1, 0))
+
+
 def _plain_micro(policy, critic, part: UpdateData, a, temperature: float, norm: float):
     """Loss of one micro-batch through plain transformers calls: full logits, no sharing."""
     mask = part.loss_mask
-    logits = policy(input_ids=part.input_ids, attention_mask=part.attention_mask).logits
-    logp_all = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
-    logp = logp_all.gather(-1, part.input_ids[:, 1:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    logp, entropy = F.pad(logp, (1, 0)), F.pad(entropy, (1, 0))  # (B, T): token t given < t
+    logp, entropy = _plain_logprobs(policy, part.input_ids, part.attention_mask, temperature)
     pg_tok, _ = policy_loss(
         logp, part.old_logprobs, part.advantages, mask, a.clip_low, a.clip_high, a.dual_clip
     )
     actor = aggregate(pg_tok, mask, a.loss_agg, norm) - a.entropy_coef * aggregate(
         entropy, mask, a.loss_agg, norm
     )
-    values = F.pad(critic(part.input_ids, part.attention_mask)[:, :-1].float(), (1, 0))
+    values = _plain_values(critic, part.input_ids, part.attention_mask)
     v_tok, _ = value_loss(values, part.old_values, part.returns, mask, a.value_clip)
     return actor + aggregate(v_tok, mask, a.loss_agg, norm)
 
 
+@torch.no_grad()
+def plain_score(trainer: Trainer, kept: list, micro: int) -> UpdateData:
+    """What a plain implementation runs before its update, the rows ragen's update reads:
+    old log-probs and values by full forwards of ``micro`` rows at a time, then the
+    estimator's advantages, whitened over the batch when the algo whitens."""
+    c, m = trainer.config, trainer.m
+    batch = collate(kept, m.tokenizer.pad_token_id, c.rollout.reward_placement)
+    ids, mask, loss_mask = batch.input_ids, batch.attention_mask, batch.loss_mask
+    old, values = [], []
+    autocast = trainer._autocast()  # the update's dtype (trainer.update_dtype)
+    for rows in torch.arange(len(ids)).split(micro):
+        with autocast:
+            old.append(_plain_logprobs(m.policy, ids[rows], mask[rows], _temperature(trainer))[0])
+            values.append(_plain_values(m.critic, ids[rows], mask[rows]))
+    advantages, returns = estimate(
+        c.algo.estimator,
+        rewards=batch.rewards,
+        mask=loss_mask,
+        values=torch.cat(values),
+        scores=batch.scores,
+        group_ids=batch.group_ids,
+        coefs=Coefficients.of(c.algo),
+    )
+    if c.algo.whitens():
+        advantages = whiten(advantages, loss_mask)
+    return UpdateData(
+        input_ids=ids,
+        attention_mask=mask,
+        loss_mask=loss_mask,
+        advantages=advantages.float(),
+        returns=returns.float(),
+        old_logprobs=torch.cat(old),
+        ref_logprobs=None,
+        old_values=torch.cat(values),
+    )
+
+
+def _temperature(trainer: Trainer) -> float:
+    return trainer.config.rollout.temperature or 1.0
+
+
 def plain_update(trainer: Trainer, data: UpdateData, micro: int) -> None:
     """One pass over the rows in the update's mini-batches, micro-batches of ``micro`` rows,
-    gradient clipping and AdamW steps as in ``ppo_update``."""
+    forwards under the update's autocast, gradient clipping and AdamW steps as in
+    ``ppo_update``."""
     c, m = trainer.config, trainer.m
     policy, critic = m.policy.train(), m.critic
+    autocast = trainer._autocast()  # the update's dtype (trainer.update_dtype)
     for rows in torch.arange(len(data.input_ids)).split(c.trainer.mini_batch_size):
         mini_data = data.rows(rows)
         norm = float(mini_data.loss_mask.sum())
         for opt in m.optimizers.values():
             opt.zero_grad(set_to_none=True)
         for part in torch.arange(len(rows)).split(micro):
-            temperature = c.rollout.temperature or 1.0
-            _plain_micro(policy, critic, mini_data.rows(part), c.algo, temperature, norm).backward()
+            with autocast:
+                loss = _plain_micro(
+                    policy, critic, mini_data.rows(part), c.algo, _temperature(trainer), norm
+                )
+            loss.backward()
         for model in (policy, critic):
             torch.nn.utils.clip_grad_norm_(model.parameters(), c.trainer.grad_clip)
         for opt in m.optimizers.values():
@@ -115,12 +180,14 @@ def row(timing: dict, useful: int, computed: int, model_flops: float, peak: dict
     """Speed of one path: tokens/s, model GFLOP/s and MFU against both peaks, by the wall
     clock and by the process's CPU clock (what it got of its core on a shared machine)."""
     seconds, cpu = timing["wall_s"], timing["cpu_s"]
-    rate, cpu_rate = model_flops / seconds / 1e9, model_flops / cpu / 1e9
+    # a pass that ran nothing (ragen's scoring when the update takes all from its forward)
+    rate = model_flops / seconds / 1e9 if seconds else 0.0
+    cpu_rate = model_flops / cpu / 1e9 if cpu else 0.0
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
-        "useful_tokens_per_s": round(useful / seconds, 1),
-        "computed_tokens_per_s": round(computed / seconds, 1),
+        "useful_tokens_per_s": round(useful / seconds, 1) if seconds else 0.0,
+        "computed_tokens_per_s": round(computed / seconds, 1) if seconds else 0.0,
         "model_gflop": round(model_flops / 1e9, 1),
         "gflop_per_s": round(rate, 2),
         "mfu_fp32": round(rate / peak["fp32_gflops"], 3),
@@ -129,17 +196,32 @@ def row(timing: dict, useful: int, computed: int, model_flops: float, peak: dict
     }
 
 
-def summarise(runs: dict, counts: dict, shape: dict, peak: dict) -> dict:
-    """The table's rows: best time of each path, with the FLOPs each needs for its tokens."""
+def summarise(runs: dict, counts: dict, shape: dict, peak: dict, decoders: dict) -> dict:
+    """The table's rows: best time of each path, with the FLOPs each needs for its tokens.
+
+    ``decoders``: ``trained``, the decoders the update runs (the policy's, and the critic's
+    share of it); ``scored``, those ragen's scoring pass runs and whether the LM head is
+    among them (``measure.scored_models``)."""
     upd, score = counts["update"], counts["score"]
     best = {name: min(timings, key=lambda t: t["wall_s"]) for name, timings in runs.items()}
-    heads = upd["head_positions"]
+    heads, trained = upd["head_positions"], decoders["trained"]
+    scored, with_head = decoders["scored"]
     # forward + backward = 3 forwards; policy and critic decoders, the policy's LM head
-    ragen = 3 * flops(shape, upd["computed_tokens"], upd["attn_computed"], heads)
-    useful = 3 * flops(shape, upd["useful_tokens"], upd["attn_useful"], heads)
-    plain = 3 * flops(shape, upd["useful_tokens"], upd["attn_useful"], upd["useful_tokens"])
+    ragen = 3 * flops(shape, upd["computed_tokens"], upd["attn_computed"], heads, trained)
+    useful = 3 * flops(shape, upd["useful_tokens"], upd["attn_useful"], heads, trained)
+    plain = 3 * flops(
+        shape, upd["useful_tokens"], upd["attn_useful"], upd["useful_tokens"], trained
+    )
     scoring = flops(
-        shape, score["computed_tokens"], score["attn_computed"], score["head_positions"]
+        shape,
+        score["computed_tokens"],
+        score["attn_computed"],
+        score["head_positions"] if with_head else 0,
+        scored,
+    )
+    # the plain scoring pass: policy (head on every position) and critic over every token
+    plain_scoring = flops(
+        shape, score["useful_tokens"], score["attn_useful"], score["useful_tokens"], trained
     )
     rows = {
         "ragen_update": row(
@@ -148,6 +230,13 @@ def summarise(runs: dict, counts: dict, shape: dict, peak: dict) -> dict:
         "plain_update": row(best["plain"], upd["useful_tokens"], upd["useful_tokens"], plain, peak),
         "ragen_score": row(
             best["score"], score["useful_tokens"], score["computed_tokens"], scoring, peak
+        ),
+        "plain_score": row(
+            best["plain_score"],
+            score["useful_tokens"],
+            score["useful_tokens"],
+            plain_scoring,
+            peak,
         ),
     }
     rows["ragen_update"]["effective_mfu_fp32"] = round(
@@ -171,7 +260,7 @@ def print_table(rows: dict, speedup: float, peak: dict) -> None:
         f"matmul peak: fp32 {peak['fp32_gflops']:.1f} GFLOP/s, bf16 {peak['bf16_gflops']:.2f} "
         f"GFLOP/s; ragen update effective MFU (useful tokens) "
         f"{rows['ragen_update']['effective_mfu_fp32']:.1%} of fp32; "
-        f"speedup over plain transformers {speedup:.2f}x"
+        f"speedup over plain transformers (score + update) {speedup:.2f}x"
     )
 
 
@@ -252,11 +341,17 @@ def main() -> None:
     with collected(args.preset, args.set) as (trainer, desc, kept, batch):
         cfg = trainer.config
         data, took = timed(lambda: trainer.prepare(kept))
-        runs: dict[str, list] = {"ragen": [], "plain": [], "score": [took]}
+        plain_data, plain_took = timed(lambda: plain_score(trainer, kept, args.ref_micro_batch))
+        runs: dict[str, list] = {
+            "ragen": [],
+            "plain": [],
+            "score": [took],
+            "plain_score": [plain_took],
+        }
         for repeat in range(args.repeats):
             runs["ragen"].append(timed(lambda: trainer.update(data, 0))[1])
             runs["plain"].append(
-                timed(lambda: plain_update(trainer, data, args.ref_micro_batch))[1]
+                timed(lambda: plain_update(trainer, plain_data, args.ref_micro_batch))[1]
             )
             print(
                 f"repeat {repeat + 1}: ragen {runs['ragen'][-1]}, plain {runs['plain'][-1]}",
@@ -264,11 +359,19 @@ def main() -> None:
             )
         shape = model_shape(trainer.m.policy)
         counts = count_work(trainer, data)
+        decoders = {
+            "trained": 1 + critic_share(trainer),
+            "scored": scored_models(trainer, len(kept)),
+        }
     tokens = min(1024, counts["update"]["computed_tokens"])
     peak = matmul_peak(shape, tokens)
     desc["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    rows = summarise(runs, counts, shape, peak)
-    speedup = rows["plain_update"]["seconds"] / rows["ragen_update"]["seconds"]
+    rows = summarise(runs, counts, shape, peak, decoders)
+    # the work of the step on each side: its scoring (ragen's may be none, on-policy), then
+    # its update
+    speedup = (rows["plain_score"]["seconds"] + rows["plain_update"]["seconds"]) / (
+        rows["ragen_score"]["seconds"] + rows["ragen_update"]["seconds"]
+    )
     print_table(rows, speedup, peak)
     report = {
         "command": "python benchmarks/update.py "
@@ -307,13 +410,15 @@ FLOP_COUNTING = (
     "forward FLOPs per token = 2*n_body (decoder layers, no embedding) + "
     "4*layers*attn_width*(t+1) (causal attention at position t) per decoder, plus 2*hidden*vocab "
     "where the LM head runs; forward+backward = 3x forward; the critic's scalar head is left out. "
+    "A critic cut to some layers (model.critic_layers) counts as that share of a decoder. "
     "ragen_update: policy + critic over the computed tokens (the shared prefix counted once per "
     "micro-batch, padding excluded), LM head on sampled positions only. plain_update: both "
     "decoders over every real token and the LM head on every real position. ragen_score: the "
-    "no-grad scoring before the update (policy with head on sampled positions, critic), 1x "
-    "forward. effective_mfu_fp32 credits ragen_update with the useful tokens' FLOPs (no prefix "
-    "sharing, head on sampled positions). Padding tokens are computed by both paths but never "
-    "counted as model FLOPs."
+    "no-grad scoring before the update, of what the update does not take from its own forward "
+    "(none when it is exactly on-policy), 1x forward. plain_score: old log-probs and values by "
+    "full forwards of every real token, 1x forward. effective_mfu_fp32 credits ragen_update "
+    "with the useful tokens' FLOPs (no prefix sharing, head on sampled positions). Padding "
+    "tokens are computed by both paths but never counted as model FLOPs."
 )
 
 

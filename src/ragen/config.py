@@ -97,6 +97,11 @@ class ModelConfig:
     """LoRA scaling alpha (the paper used alpha = rank = 64)."""
     lora_targets: list[str] = opt(["all-linear"])
     """Module names LoRA adapts; all-linear means every linear layer but the output head."""
+    critic_layers: int | None = opt(None, ge=1)
+    """Decoder layers of the critic: the policy's first ones, under the critic's own final norm
+    and scalar head. null keeps them all (the paper's critic, a copy of the whole policy).
+    The critic's forward and backward cost in proportion to its layers; with GAE at
+    lambda 1 its values only serve as a baseline."""
 
 
 @dataclass

@@ -450,14 +450,41 @@ class ValueModel(torch.nn.Module):
     Values are read with `ragen.train.forward.state_values`, which runs ``body`` then ``head``.
     """
 
-    def __init__(self, lm) -> None:
+    def __init__(self, lm, layers: int | None = None) -> None:
+        """``lm``: a copy of the policy this critic owns (it is cut, not copied); ``layers``:
+        keep only its first decoder layers (model.critic_layers), None keeps all."""
         super().__init__()
         self.body = lm.base_model  # the decoder without its LM head (LlamaModel, Qwen2Model...)
         self.config = lm.config
+        if layers is not None:
+            keep_first_layers(self.body, layers)
         self.head = torch.nn.Linear(lm.config.hidden_size, 1)
         # A zero head starts every value at 0: no arbitrary initial critic error.
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
+
+
+def keep_first_layers(decoder, layers: int) -> None:
+    """Cut a decoder body (LlamaModel, Qwen2Model..., its blocks in ``decoder.layers``) to its
+    first ``layers`` blocks, in place, and its config with it: the KV caches and the attention
+    masks size themselves from ``num_hidden_layers`` and ``layer_types``. The final norm
+    stays. The config must be the caller's own copy (a deep-copied model's is)."""
+    blocks = getattr(decoder, "layers", None)
+    if not isinstance(blocks, torch.nn.ModuleList):
+        raise ModelError(
+            f"model.critic_layers: {type(decoder).__name__} keeps no decoder layers in .layers, "
+            "so ragen cannot cut them; leave model.critic_layers null"
+        )
+    if layers > len(blocks):
+        raise ModelError(
+            f"model.critic_layers={layers}: the model has {len(blocks)} decoder layers; "
+            f"pick 1 to {len(blocks)}, or null for all"
+        )
+    del blocks[layers:]
+    config = decoder.config
+    config.num_hidden_layers = layers
+    if isinstance(getattr(config, "layer_types", None), list):
+        config.layer_types = config.layer_types[:layers]
 
 
 def apply_lora(model, rank: int, alpha: int, targets: Sequence[str]):

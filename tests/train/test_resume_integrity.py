@@ -91,6 +91,7 @@ def _garble(file):
     ("override", "key"),
     [
         ("model.lora_rank=4", "model.lora_rank"),
+        ("model.critic_layers=1", "model.critic_layers"),
         ("trainer.steps=1", "trainer.steps"),
         ("algo.estimator=grpo", "algo.estimator"),
     ],

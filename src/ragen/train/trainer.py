@@ -134,7 +134,7 @@ def build_models(config: Config, device: torch.device) -> Models:
     policy, tokenizer = load_master_policy(config, device)
     critic = None
     if a.trains_critic():
-        critic = models.ValueModel(copy.deepcopy(policy)).to(device)
+        critic = models.ValueModel(copy.deepcopy(policy), m.critic_layers).to(device)
     if m.lora_rank > 0:
         policy = models.apply_lora(policy, m.lora_rank, m.lora_alpha, m.lora_targets)
         if critic is not None:
@@ -720,7 +720,7 @@ class Trainer:
 
 
 # Settings the checkpoints' tensors were shaped by: a resume cannot change them.
-SHAPING_KEYS = ("model.spec", "model.lora_rank")
+SHAPING_KEYS = ("model.spec", "model.lora_rank", "model.critic_layers")
 LORA_KEYS = ("model.lora_alpha", "model.lora_targets")  # shaping too, when LoRA is on
 
 
