@@ -1,5 +1,5 @@
 """The best success any policy can have on the FrozenLake evaluation lakes, by action budget,
-beside two baselines: uniformly random play and walking toward the goal.
+beside three baselines: uniformly random play, walking toward the goal, and a careful rule.
 
     python benchmarks/lake_ceiling.py [--n 256] [--budgets 5 10 20 50 100] [--turns 5 --per-turn 2]
 
@@ -10,10 +10,13 @@ is their mean, the ceiling a FrozenLake success rate is read against; on the cor
 (start top-left, goal bottom-right) and on lakes with random ends (``random_ends=true``, as
 RAGEN draws them). The floor beside it: a policy that draws each action uniformly, and one
 that always steps toward the goal along its larger offset (row first on a tie), blind to
-holes (`envs.experts.policy_success` on the same table). Then the two experts of `ragen sft`
-as they play a rollout: ``--turns`` turns of ``--per-turn`` actions chosen at the turn's
-start and played blind (`envs.experts.turn_play_success`): the optimal plan
-(``sft.lake_expert=optimal``) and the larger offset's move repeated (``toward``). Writes
+holes, and one that reads only what the ``offsets`` line tells (the goal's offsets, the
+holes beside): the move least likely to slip into a hole, then the nearest the goal
+(`careful_move`) (`envs.experts.policy_success` on the same table). Then the two experts of
+`ragen sft` as they play a rollout: ``--turns`` turns of ``--per-turn`` actions chosen at the
+turn's start and played blind (`envs.experts.turn_play_success`): the optimal plan
+(``sft.lake_expert=optimal``) and the larger offset's move repeated (``toward``), with the
+careful move repeated beside them (what a policy reading the offsets line can reach). Writes
 ``benchmarks/results/lake_ceiling.json``. Exact arithmetic on the transition table: no
 sampling, so the numbers do not vary between runs or machines.
 """
@@ -32,6 +35,37 @@ from ragen.rollout.loop import EVAL_SEED_BASE
 from ragen.train.evaluator import eval_seeds
 
 RESULTS = Path(__file__).parent / "results"
+POLICIES = ("optimal", "random", "toward_goal", "careful")
+
+
+def careful_move(rows: tuple[str, ...], table: tuple, cell: int) -> str:
+    """The action least likely to slip into a hole, then the one whose outcomes lie nearest the
+    goal on average (steps along rows and columns, holes ignored): a rule that reads only
+    what the ``offsets`` line says, the goal's offsets and the holes beside the player (a
+    move's outcomes are its own cell and the two perpendicular ones, never the one behind;
+    with one hole beside, the safe move walks away from it)."""
+    size, tiles = len(rows), "".join(rows)
+    goal_row, goal_col = divmod(tiles.index("G"), size)
+
+    def distance(to: int) -> int:
+        row, col = divmod(to, size)
+        return abs(goal_row - row) + abs(goal_col - col)
+
+    def cost(action: int) -> tuple[float, float]:
+        outcomes = table[cell][action]
+        fall = sum(p for p, to, _, _ in outcomes if tiles[to] == "H")
+        # rounded: the slip probabilities are 1/3 in floats that do not add up exactly
+        return round(fall, 9), round(sum(p * distance(to) for p, to, _, _ in outcomes), 9)
+
+    return ACTIONS[min(range(len(ACTIONS)), key=cost)]
+
+
+def careful_policy(rows: tuple[str, ...], table: tuple) -> list[list[float]]:
+    """Per cell, all probability on `careful_move`'s action."""
+    return [
+        [float(action == careful_move(rows, table, cell)) for action in ACTIONS]
+        for cell in range(len(rows) ** 2)
+    ]
 
 
 def toward_goal_policy(rows: tuple[str, ...]) -> list[list[float]]:
@@ -49,7 +83,7 @@ def ceilings(
     """Mean over the evaluation lakes of the success within each budget of the optimal
     policy, of uniform play and of walking toward the goal."""
     env = envs.make(env_name, random_ends=random_ends)
-    totals = {who: dict.fromkeys(budgets, 0.0) for who in ("optimal", "random", "toward_goal")}
+    totals = {who: dict.fromkeys(budgets, 0.0) for who in POLICIES}
     uniform = [[1.0 / len(ACTIONS)] * len(ACTIONS)] * (env.size * env.size)
     for seed in eval_seeds(n, EVAL_SEED_BASE):
         env.reset(seed)
@@ -58,6 +92,7 @@ def ceilings(
             "optimal": goal_probabilities(table, max(budgets)),
             "random": policy_success(table, uniform, max(budgets)),
             "toward_goal": policy_success(table, toward_goal_policy(env.rows), max(budgets)),
+            "careful": policy_success(table, careful_policy(env.rows, table), max(budgets)),
         }
         for who, per_budget in totals.items():
             for budget in budgets:
@@ -78,16 +113,23 @@ def _toward_moves(rows: tuple[str, ...], per_turn: int, cell: int, left: int) ->
     return [toward_goal("".join(rows).index("G"), cell, len(rows))] * per_turn
 
 
+def _careful_moves(
+    rows: tuple[str, ...], table: tuple, per_turn: int, cell: int, left: int
+) -> list[str]:
+    return [careful_move(rows, table, cell)] * per_turn
+
+
 def expert_play(env_name: str, n: int, turns: int, per_turn: int, random_ends: bool) -> dict:
     """Mean success over the evaluation lakes of the two experts played turn by turn."""
     env = envs.make(env_name, random_ends=random_ends)
-    totals = {"optimal": 0.0, "toward": 0.0}
+    totals = {"optimal": 0.0, "toward": 0.0, "careful": 0.0}
     for seed in eval_seeds(n, EVAL_SEED_BASE):
         env.reset(seed)
         table = transition_table(env.rows, env.slippery)
         experts = {
             "optimal": partial(_optimal_moves, env.rows, env.slippery, per_turn),
             "toward": partial(_toward_moves, env.rows, per_turn),
+            "careful": partial(_careful_moves, env.rows, table, per_turn),
         }
         for who, moves in experts.items():
             totals[who] += turn_play_success(table, env.state, moves, turns, per_turn)
@@ -128,7 +170,7 @@ def main() -> None:
                 name: {str(b): round(v, 4) for b, v in per_env[who].items()}
                 for name, per_env in rows.items()
             }
-            for who in ("optimal", "random", "toward_goal")
+            for who in POLICIES
         },
         "expert_play": {
             "turns": args.turns,

@@ -14,8 +14,9 @@ dialogues; ``sft.steps`` or ``--minutes``) instead of RL: ``learn_sft_<preset>.j
 ``docs/learn-<NAME>/`` instead, so a variant does not overwrite the preset's result. Each
 evaluation's episodes and full summary (turns, reply tokens, why episodes ended) are kept in
 ``RUN_DIR/eval-base/`` and ``RUN_DIR/eval-final/``, standalone evaluation folders that
-``ragen view`` opens. A run stopped with Ctrl-C during training is recorded as it stands,
-without a final evaluation: ``learn_<...>_stopped.json`` and ``docs/learn-<...>-stopped/``.
+``ragen view`` opens. A run stopped with Ctrl-C or ``kill`` during training is recorded as it
+stands, without a final evaluation: ``learn_<...>_stopped.json`` and
+``docs/learn-<...>-stopped/``.
 
 The base evaluation (5-35 minutes for 256 Sokoban or FrozenLake seeds, by machine) is saved to
 ``RUN_DIR/base_eval.json`` as soon as it ends, with a fingerprint of everything its numbers
@@ -43,6 +44,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import time
 from datetime import UTC, datetime
 from importlib import metadata
@@ -403,6 +405,11 @@ def shown_command(args: argparse.Namespace) -> str:
     return "python benchmarks/learn.py " + " ".join(command)
 
 
+def _interrupt(signum: int, frame) -> None:
+    """SIGTERM's handler during training: stop as Ctrl-C stops."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     args.stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -424,10 +431,14 @@ def main(argv: list[str] | None = None) -> None:
     write_atomic(run.root / RESULT_FILE, json.dumps(record, indent=2) + "\n")
     started = time.perf_counter()
     stopped = None
+    # `kill` stops a run in the background as Ctrl-C does one in a terminal
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         trainer.train()
     except KeyboardInterrupt:  # a stopped run is recorded, without a final evaluation
-        stopped = "interrupted during training (Ctrl-C); no final evaluation"
+        stopped = "interrupted during training (Ctrl-C or kill); no final evaluation"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     train_minutes = (time.perf_counter() - started) / 60
     train_minutes += before["train_minutes"] if before else 0.0
     steps = len(read_jsonl(run.metrics).records)

@@ -2,6 +2,8 @@
 
 import importlib.util
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -119,16 +121,26 @@ def test_each_evaluation_keeps_its_episodes_and_its_full_summary(tmp_path):
     assert saved == {"model": "eval-base", **summary}
 
 
-def test_a_run_stopped_with_ctrl_c_is_recorded_without_a_final_evaluation(
-    tmp_path, monkeypatch, capsys
+def _ctrl_c():
+    raise KeyboardInterrupt
+
+
+def _kill():
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("stop", [_ctrl_c, _kill])
+def test_a_run_stopped_with_ctrl_c_or_kill_is_recorded_without_a_final_evaluation(
+    tmp_path, monkeypatch, capsys, stop
 ):
     train = Trainer.train
+    handler = signal.getsignal(signal.SIGTERM)
 
-    def one_step_then_ctrl_c(self):
+    def one_step_then_stop(self):
         train(self)
-        raise KeyboardInterrupt
+        stop()
 
-    monkeypatch.setattr(learn.Trainer, "train", one_step_then_ctrl_c)
+    monkeypatch.setattr(learn.Trainer, "train", one_step_then_stop)
     monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
     overrides = ["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"]
@@ -146,6 +158,7 @@ def test_a_run_stopped_with_ctrl_c_is_recorded_without_a_final_evaluation(
     assert not (tmp_path / "run" / "eval-final").exists()
     summary = (tmp_path / "docs" / "learn-probe-stopped" / "summary.md").read_text()
     assert "| sokoban |" in summary and "| — |" in summary and "Stopped: interrupted" in summary
+    assert signal.getsignal(signal.SIGTERM) == handler  # the handler is put back
 
 
 def test_the_change_is_measured_in_standard_errors_of_the_difference():
