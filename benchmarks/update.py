@@ -31,7 +31,8 @@ reported:
 - computed tokens: what ragen actually runs: the shared prefix once per micro-batch, then
   each row's own tokens (padding excluded).
 "MFU" divides the FLOPs a path actually needs for the tokens it computes by its wall time and
-the fp32 peak ("cpu time": by its CPU seconds instead, which on a shared machine leaves out
+the peak of the update's dtype (bf16 under bf16 autocast, else fp32; the JSON holds both)
+("cpu time": by its CPU seconds instead, which on a shared machine leaves out
 the time others held the core); "effective MFU" credits ragen with the useful tokens' FLOPs
 (no prefix sharing, head on sampled positions only), i.e. its speed expressed as if it had
 done that work. Timings are the best of ``--repeats`` (all are kept in the JSON).
@@ -193,6 +194,7 @@ def row(timing: dict, useful: int, computed: int, model_flops: float, peak: dict
         "mfu_fp32": round(rate / peak["fp32_gflops"], 3),
         "mfu_bf16": round(rate / peak["bf16_gflops"], 3),
         "mfu_fp32_cpu_time": round(cpu_rate / peak["fp32_gflops"], 3),
+        "mfu_bf16_cpu_time": round(cpu_rate / peak["bf16_gflops"], 3),
     }
 
 
@@ -239,29 +241,38 @@ def summarise(runs: dict, counts: dict, shape: dict, peak: dict, decoders: dict)
             peak,
         ),
     }
-    rows["ragen_update"]["effective_mfu_fp32"] = round(
-        useful / best["ragen"]["wall_s"] / 1e9 / peak["fp32_gflops"], 3
-    )
+    for dtype in ("fp32", "bf16"):
+        rows["ragen_update"][f"effective_mfu_{dtype}"] = round(
+            useful / best["ragen"]["wall_s"] / 1e9 / peak[f"{dtype}_gflops"], 3
+        )
     return rows
 
 
-def print_table(rows: dict, speedup: float, peak: dict) -> None:
+def print_table(rows: dict, speedup: float, peak: dict, dtype: str) -> None:
+    """The rows, MFU against the peak of ``dtype`` (fp32 or bf16), the update's dtype."""
     print(
         f"\n{'path':<14} {'seconds':>8} {'useful tok/s':>13} {'computed tok/s':>15} "
-        f"{'GFLOP':>8} {'GFLOP/s':>8} {'MFU fp32':>9} {'(cpu time)':>10}"
+        f"{'GFLOP':>8} {'GFLOP/s':>8} {'MFU ' + dtype:>9} {'(cpu time)':>10}"
     )
     for name, r in rows.items():
         print(
             f"{name:<14} {r['seconds']:>8.1f} {r['useful_tokens_per_s']:>13.1f} "
             f"{r['computed_tokens_per_s']:>15.1f} {r['model_gflop']:>8.1f} "
-            f"{r['gflop_per_s']:>8.2f} {r['mfu_fp32']:>9.1%} {r['mfu_fp32_cpu_time']:>10.1%}"
+            f"{r['gflop_per_s']:>8.2f} {r[f'mfu_{dtype}']:>9.1%} "
+            f"{r[f'mfu_{dtype}_cpu_time']:>10.1%}"
         )
     print(
         f"matmul peak: fp32 {peak['fp32_gflops']:.1f} GFLOP/s, bf16 {peak['bf16_gflops']:.2f} "
         f"GFLOP/s; ragen update effective MFU (useful tokens) "
-        f"{rows['ragen_update']['effective_mfu_fp32']:.1%} of fp32; "
+        f"{rows['ragen_update'][f'effective_mfu_{dtype}']:.1%} of {dtype}; "
         f"speedup over plain transformers (score + update) {speedup:.2f}x"
     )
+
+
+def peak_dtype(update_dtype: torch.dtype) -> str:
+    """The peak an update in ``update_dtype`` is read against: bf16's for bf16 autocast, else
+    fp32's (float16 autocast runs no faster than fp32 on a CPU)."""
+    return "bf16" if update_dtype == torch.bfloat16 else "fp32"
 
 
 # ---------------------------------------------------------------------------- main
@@ -372,7 +383,8 @@ def main() -> None:
     speedup = (rows["plain_score"]["seconds"] + rows["plain_update"]["seconds"]) / (
         rows["ragen_score"]["seconds"] + rows["ragen_update"]["seconds"]
     )
-    print_table(rows, speedup, peak)
+    update_dtype = models.resolve_dtype(cfg.trainer.update_dtype)
+    print_table(rows, speedup, peak, peak_dtype(update_dtype))
     report = {
         "command": "python benchmarks/update.py "
         + " ".join(
@@ -384,9 +396,7 @@ def main() -> None:
             "preset": args.preset,
             "overrides": args.set,
             "estimator": cfg.algo.estimator,
-            "update_dtype": str(models.resolve_dtype(cfg.trainer.update_dtype)).removeprefix(
-                "torch."
-            ),
+            "update_dtype": str(update_dtype).removeprefix("torch."),
             "mini_batch_size": cfg.trainer.mini_batch_size,
             "micro_batch_size": cfg.trainer.micro_batch_size,
             "ref_micro_batch": args.ref_micro_batch,
