@@ -257,6 +257,41 @@ def change(before: float, after: float, n: int) -> dict[str, float | None]:
     return {"difference": difference, "se": se, "z": z}
 
 
+def seed_successes(folder: Path, env: str) -> dict[int, bool] | None:
+    """Each seed's success in an evaluation folder's episodes of ``env`` (its first copy), or
+    None when the folder holds none (a base reused from a run that kept no episodes)."""
+    file = folder / "trajectories" / "eval.jsonl"
+    if not file.is_file():
+        return None
+    outcomes: dict[int, bool] = {}
+    for record in read_jsonl(file).records:
+        if record.get("env") == env and record.get("copy", 0) == 0:
+            outcomes[int(record["seed"])] = bool(record["success"])
+    return outcomes or None
+
+
+def paired_change(before: dict[int, bool], after: dict[int, bool]) -> dict | None:
+    """The success change on the seeds both evaluations played, read pair by pair: a lake,
+    room or arm keeps its draw (and FrozenLake its slips) under the same seed, so an episode
+    that plays the same moves ends the same way, and only the seeds whose outcome changed
+    carry the difference. ``gained``/``lost``: seeds that went from failure to success and
+    back; the difference is (gained - lost) / n, its standard error that of the mean of the
+    n per-seed differences (sample variance), z = difference / SE (0 when no seed changed;
+    None when every seed changed the same way, which leaves no spread). None with no seed
+    in common."""
+    seeds = sorted(before.keys() & after.keys())
+    n = len(seeds)
+    if n == 0:
+        return None
+    gained = sum(after[s] and not before[s] for s in seeds)
+    lost = sum(before[s] and not after[s] for s in seeds)
+    difference = (gained - lost) / n
+    variance = (gained + lost - n * difference**2) / (n - 1) if n > 1 else 0.0
+    se = math.sqrt(max(variance, 0.0) / n)
+    z = difference / se if se > 0 else (0.0 if difference == 0 else None)
+    return {"seeds": n, "gained": gained, "lost": lost, "difference": difference, "se": se, "z": z}
+
+
 def shown_change(c: dict) -> str:
     z = "n/a" if c["z"] is None else f"{c['z']:+.2f}"
     return f"{c['difference'] * 100:+.2f} ± {c['se'] * 100:.2f} points (z {z})"
@@ -392,6 +427,33 @@ def print_changes(base: dict, final: dict, changes: dict, n: int) -> None:
             f"{env:<18}{base[env]['success']:>10.2%}{final[env]['success']:>10.2%}   "
             + shown_change(changes[env])
         )
+        paired = changes[env].get("paired")
+        if paired:
+            print(
+                f"{'':<38}seed by seed: {paired['gained']} gained, {paired['lost']} lost; "
+                + shown_change(paired)
+            )
+
+
+def base_folder(args: argparse.Namespace, run: RunDir) -> Path:
+    """Where the base evaluation's episodes are: this run's eval-base, or that of the run
+    --base-from names (beside its base_eval.json)."""
+    if not args.base_from:
+        return run.root / "eval-base"
+    source = Path(args.base_from)
+    return (source if source.is_dir() else source.parent) / "eval-base"
+
+
+def changes_of(base: dict, final: dict, n: int, base_dir: Path, final_dir: Path) -> dict:
+    """Per env: `change` of the two rates, with its `paired_change` under "paired" where both
+    evaluations kept their episodes."""
+    changes = {}
+    for env in base:
+        changes[env] = change(base[env]["success"], final[env]["success"], n)
+        before, after = seed_successes(base_dir, env), seed_successes(final_dir, env)
+        if before is not None and after is not None:
+            changes[env]["paired"] = paired_change(before, after)
+    return changes
 
 
 def shown_command(args: argparse.Namespace) -> str:
@@ -449,7 +511,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"trained {steps} steps in {train_minutes:.1f} min; final evaluation")
         out = run.root / (f"eval-step_{steps:06d}" if args.resume else "eval-final")
         final = evaluate_all(trainer, args.eval_n, args.temperature, out)
-        changes = {e: change(base[e]["success"], final[e]["success"], args.eval_n) for e in base}
+        changes = changes_of(base, final, args.eval_n, base_folder(args, run), out)
         print_changes(base, final, changes, args.eval_n)
 
     name = args.name or (f"sft-{args.preset}" if args.sft else args.preset)

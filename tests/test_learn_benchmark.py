@@ -278,3 +278,37 @@ def test_trainer_threads_sets_the_thread_count_of_the_whole_run(tmp_path, monkey
         assert learn.eval_fingerprint(cfg, 2, 0.5)["torch_threads"] == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_paired_change_reads_only_the_seeds_whose_outcome_changed():
+    # 8 seeds: 3 went from failure to success, 1 the other way, 4 kept their outcome
+    before = dict.fromkeys(range(8), False) | {5: True, 6: True, 7: True}
+    after = {0: True, 1: True, 2: True, 3: False, 4: False, 5: False, 6: True, 7: True}
+    paired = learn.paired_change(before, after)
+    # differences +1 ×3, -1 ×1, 0 ×4: mean 2/8; sample variance (4 - 8 × 0.25²) / 7 = 3.5 / 7
+    assert (paired["seeds"], paired["gained"], paired["lost"]) == (8, 3, 1)
+    assert paired["difference"] == 0.25
+    assert paired["se"] == pytest.approx((0.5 / 8) ** 0.5)
+    assert paired["z"] == pytest.approx(0.25 / (0.5 / 8) ** 0.5)
+    assert learn.paired_change(before, before)["z"] == 0.0
+    assert (
+        learn.paired_change(dict.fromkeys(range(4), False), dict.fromkeys(range(4), True))["z"]
+        is None
+    )  # every seed gained: no spread to measure against
+    assert learn.paired_change({1: True}, {2: True}) is None  # no seed in common
+
+
+def test_seed_successes_reads_an_evaluation_folder_and_skips_a_torn_last_line(tmp_path):
+    folder = tmp_path / "eval-base"
+    (folder / "trajectories").mkdir(parents=True)
+    lines = [
+        {"env": "frozen-lake", "copy": 0, "seed": 7, "success": True},
+        {"env": "frozen-lake", "copy": 1, "seed": 7, "success": False},  # a pass@k copy
+        {"env": "sokoban", "copy": 0, "seed": 7, "success": False},
+        {"env": "frozen-lake", "copy": 0, "seed": 9, "success": False},
+    ]
+    text = "".join(json.dumps(line) + "\n" for line in lines) + '{"env": "froz'
+    (folder / "trajectories" / "eval.jsonl").write_text(text)
+    assert learn.seed_successes(folder, "frozen-lake") == {7: True, 9: False}
+    assert learn.seed_successes(folder, "bandit") is None
+    assert learn.seed_successes(tmp_path / "nowhere", "frozen-lake") is None
