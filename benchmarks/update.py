@@ -64,10 +64,10 @@ from measure import (
     update_chunks,
 )
 from ragen import config, models
-from ragen.algos import Coefficients, aggregate, estimate, policy_loss, value_loss, whiten
+from ragen.algos import aggregate, policy_loss, value_loss
 from ragen.monitor.rundir import RunDir
 from ragen.rollout.trajectory import collate
-from ragen.train.trainer import Trainer
+from ragen.train.trainer import Trainer, batch_advantages
 from ragen.train.update import UpdateData
 
 GOAL_MFU_BF16 = 0.5  # issue 5: >= 50% of the bf16 matmul peak
@@ -121,17 +121,14 @@ def plain_score(trainer: Trainer, kept: list, micro: int) -> UpdateData:
         with autocast:
             old.append(_plain_logprobs(m.policy, ids[rows], mask[rows], _temperature(trainer))[0])
             values.append(_plain_values(m.critic, ids[rows], mask[rows]))
-    advantages, returns = estimate(
-        c.algo.estimator,
+    advantages, returns = batch_advantages(
+        c.algo,
         rewards=batch.rewards,
         mask=loss_mask,
         values=torch.cat(values),
         scores=batch.scores,
         group_ids=batch.group_ids,
-        coefs=Coefficients.of(c.algo),
     )
-    if c.algo.whitens():
-        advantages = whiten(advantages, loss_mask)
     return UpdateData(
         input_ids=ids,
         attention_mask=mask,

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ragen import models, phases
 from ragen.algos import Coefficients, estimate, select_groups, whiten
-from ragen.config import ROW_BY_ROW, Config, ConfigError, import_estimator, to_dict
+from ragen.config import ROW_BY_ROW, AlgoConfig, Config, ConfigError, import_estimator, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
 from ragen.monitor.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
@@ -98,6 +98,33 @@ def gpu_memory_metrics(device: torch.device) -> dict[str, float]:
     peak = torch.cuda.max_memory_allocated(device) / 2**30
     torch.cuda.reset_peak_memory_stats(device)
     return {"perf/gpu_peak_gib": peak}
+
+
+def batch_advantages(
+    algo: AlgoConfig,
+    *,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    values: torch.Tensor | None,
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns (B, T) of a whole kept batch by ``algo.estimator``, the
+    advantages whitened over its sampled tokens when the algo whitens (as RAGEN's verl code
+    does before the PPO loss; every rank holds all of the batch, so no collective). The
+    returns stay raw: they are the critic's targets, in reward units. Shapes as `estimate`."""
+    advantages, returns = estimate(
+        algo.estimator,
+        rewards=rewards,
+        mask=mask,
+        values=values,
+        scores=scores,
+        group_ids=group_ids,
+        coefs=Coefficients.of(algo),
+    )
+    if algo.whitens():
+        advantages = whiten(advantages, mask)
+    return advantages, returns
 
 
 def say(line: str) -> None:
@@ -397,20 +424,14 @@ class Trainer:
                 rewards=rewards,
             )
         with phases.timed(phases.ADVANTAGES):
-            advantages, returns = estimate(
-                c.algo.estimator,
+            advantages, returns = batch_advantages(
+                c.algo,
                 rewards=rewards,
                 mask=loss_mask,
                 values=scored["values"],
                 scores=batch.scores.to(self.device),
                 group_ids=batch.group_ids.to(self.device),
-                coefs=Coefficients.of(c.algo),
             )
-            if c.algo.whitens():
-                # Over the whole kept batch (every rank holds all of it: no collective), as
-                # RAGEN's verl code does before the PPO loss. The returns stay raw: they are
-                # the critic's targets, in reward units.
-                advantages = whiten(advantages, loss_mask)
         return UpdateData(
             input_ids=ids,
             attention_mask=mask,
