@@ -62,10 +62,8 @@ def careful_move(rows: tuple[str, ...], table: tuple, cell: int) -> str:
 
 def careful_policy(rows: tuple[str, ...], table: tuple) -> list[list[float]]:
     """Per cell, all probability on `careful_move`'s action."""
-    return [
-        [float(action == careful_move(rows, table, cell)) for action in ACTIONS]
-        for cell in range(len(rows) ** 2)
-    ]
+    moves = [careful_move(rows, table, cell) for cell in range(len(rows) ** 2)]
+    return [[float(action == move) for action in ACTIONS] for move in moves]
 
 
 def toward_goal_policy(rows: tuple[str, ...]) -> list[list[float]]:

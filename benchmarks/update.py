@@ -121,11 +121,12 @@ def plain_score(trainer: Trainer, kept: list, micro: int) -> UpdateData:
         with autocast:
             old.append(_plain_logprobs(m.policy, ids[rows], mask[rows], _temperature(trainer))[0])
             values.append(_plain_values(m.critic, ids[rows], mask[rows]))
+    old_values = torch.cat(values)
     advantages, returns = batch_advantages(
         c.algo,
         rewards=batch.rewards,
         mask=loss_mask,
-        values=torch.cat(values),
+        values=old_values,
         scores=batch.scores,
         group_ids=batch.group_ids,
     )
@@ -137,7 +138,7 @@ def plain_score(trainer: Trainer, kept: list, micro: int) -> UpdateData:
         returns=returns.float(),
         old_logprobs=torch.cat(old),
         ref_logprobs=None,
-        old_values=torch.cat(values),
+        old_values=old_values,
     )
 
 
