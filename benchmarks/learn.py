@@ -98,9 +98,23 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
+CRITIC_ONLY = ("critic_layers",)
+"""``model`` keys only the critic reads: an evaluation never runs the critic."""
+
+
+def without_critic(fingerprint: dict) -> dict:
+    """``fingerprint`` with its ``model`` section's critic-only keys dropped (those saved
+    before they were left out hold them)."""
+    model = fingerprint.get("model")
+    if not isinstance(model, dict):
+        return fingerprint
+    return {**fingerprint, "model": {k: v for k, v in model.items() if k not in CRITIC_ONLY}}
+
+
 def eval_fingerprint(cfg: config.Config, n: int, temperature: float) -> dict:
     """Everything the base evaluation's numbers depend on. The rollout temperature is left
-    out (the evaluation samples at ``temperature``); so are the training settings."""
+    out (the evaluation samples at ``temperature``); so are the training settings and the
+    critic's shape."""
     data = config.to_dict(cfg)
     rollout = {k: v for k, v in data["rollout"].items() if k != "temperature"}
     try:
@@ -109,7 +123,7 @@ def eval_fingerprint(cfg: config.Config, n: int, temperature: float) -> dict:
         model_package = None
     return {
         "source_sha256": source_digest(),
-        "model": data["model"],
+        "model": without_critic(data)["model"],
         "model_package": model_package,
         "env": data["env"],
         "rollout": rollout,
@@ -126,7 +140,7 @@ def differing(fingerprint: dict, theirs: dict, ignore: tuple[str, ...] = ()) -> 
     """The keys (but ``ignore``) on which a saved fingerprint ``theirs`` differs from
     ``fingerprint``, config keys added to ragen since it was saved taken at their defaults."""
     keys = (fingerprint.keys() | theirs.keys()) - set(ignore)
-    theirs = with_new_defaults(theirs, fingerprint)
+    theirs = with_new_defaults(without_critic(theirs), fingerprint)
     return sorted(k for k in keys if fingerprint.get(k) != theirs.get(k))
 
 

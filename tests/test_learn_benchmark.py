@@ -36,8 +36,20 @@ def saved_run(tmp_path: Path, fp: dict) -> Path:
 
 def test_training_settings_leave_the_fingerprint_alone():
     # What only the updates or the training rollouts use cannot move the base evaluation.
-    same = fingerprint("trainer.actor_lr=5e-5", "algo.estimator=grpo", "rollout.temperature=0.7")
+    same = fingerprint(
+        "trainer.actor_lr=5e-5",
+        "algo.estimator=grpo",
+        "rollout.temperature=0.7",
+        "model.critic_layers=4",
+    )
     assert same == fingerprint()
+
+
+def test_a_base_saved_with_the_critics_shape_is_reused_by_a_run_with_another(tmp_path):
+    # Fingerprints saved before the critic's keys were left out hold model.critic_layers.
+    fp = fingerprint()
+    older = {**fp, "model": {**fp["model"], "critic_layers": None}}
+    assert learn.load_base(saved_run(tmp_path, older), fingerprint("model.critic_layers=4")) == BASE
 
 
 @pytest.mark.parametrize(
