@@ -111,6 +111,10 @@ def session(device: torch.device) -> Iterator[None]:
     _device = device
     try:
         yield
+        # every rank has finished its collectives before any tears its connections down (a
+        # rank of the torchrun tests was seen to abort in gloo's teardown); not on an error,
+        # where the other ranks may never arrive
+        dist.barrier()
     finally:
         dist.destroy_process_group()
         _device = torch.device("cpu")
