@@ -1,4 +1,4 @@
-"""Host memory: MemAvailable is what the decode batch is sized from; freed heap goes back."""
+"""Host memory: MemTotal plans the decode batch, MemAvailable cuts it; freed heap goes back."""
 
 import os
 from pathlib import Path
@@ -39,3 +39,14 @@ def test_trim_heap_returns_freed_tensors_to_the_system():
     assert sysmem.trim_heap()
     assert before - _rss() > 200 * 2**20
     assert keep.sum() == 16384
+
+
+def test_total_memory_is_memtotal(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 24000000 kB\nMemFree: 1000 kB\nMemAvailable: 2500 kB\n")
+    assert sysmem.total_memory(meminfo) == 24000000 * 1024
+
+
+def test_without_a_readable_memtotal_the_physical_pages_are_used(tmp_path):
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert sysmem.total_memory(tmp_path / "missing") == pages

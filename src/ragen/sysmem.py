@@ -1,8 +1,11 @@
-"""Host memory: how much a new allocation can still get, and giving freed heap back.
+"""Host memory: how much there is, how much a new allocation can still get, and giving freed
+heap back.
 
-The generator sizes its decode batch from the memory left (see ``auto_max_batch``), and on
-this CPU a bigger batch decodes faster (``benchmarks/generator.py``, 32 rows of ~900 tokens:
-batch 25 took 124 s where batch 10 took 175). Two things hide memory that is really there:
+The generator plans its decode batch and the caches it keeps between turns from the whole
+memory (``total_memory``), so one machine sizes them alike on every run, and cuts them to
+what is free when other processes hold more (see ``generator.memory_fit``); on this CPU a
+bigger batch decodes faster (``benchmarks/generator.py``, 32 rows of ~900 tokens: batch 25
+took 124 s where batch 10 took 175). Two things hide free memory that is really there:
 
 - the page cache: ``MemFree`` leaves out file pages the kernel drops on demand (gigabytes
   after a run has read a model and written trajectories); ``MemAvailable`` counts them;
@@ -25,19 +28,37 @@ from pathlib import Path
 MEMINFO = Path("/proc/meminfo")
 
 
+def total_memory(meminfo: Path = MEMINFO) -> int:
+    """Bytes of physical memory: ``MemTotal`` on Linux, else the physical pages, else 16 GiB
+    when the system cannot be asked."""
+    found = _meminfo_bytes("MemTotal", meminfo)
+    return found if found is not None else _pages("SC_PHYS_PAGES", 16 * 2**30)
+
+
 def available_memory(meminfo: Path = MEMINFO) -> int:
     """Bytes a new allocation can get without swapping: ``MemAvailable`` on Linux, else the
     free physical pages, else a modest 8 GiB when the system cannot be asked."""
+    found = _meminfo_bytes("MemAvailable", meminfo)
+    return found if found is not None else _pages("SC_AVPHYS_PAGES", 8 * 2**30)
+
+
+def _meminfo_bytes(field: str, meminfo: Path) -> int | None:
+    """One field of ``/proc/meminfo`` in bytes, or None where it cannot be read."""
     try:
         for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024  # the kernel writes kB (KiB)
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def _pages(name: str, fallback: int) -> int:
+    """``os.sysconf(name)`` pages in bytes, or ``fallback`` where the system cannot say."""
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf(name) * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
-        return 8 * 2**30
+        return fallback
 
 
 @cache

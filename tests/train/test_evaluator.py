@@ -97,11 +97,12 @@ def test_only_a_generator_that_keeps_caches_plays_in_waves(tiny):
     model, tokenizer = tiny
     spec = RolloutSpec.from_config(config.load("frozen-lake", ["model.spec=tiny"]).rollout)
     naive = make_generator("naive", model, tokenizer)
-    assert evaluator.eval_wave(naive, spec, 2) == config.MAX_EVAL_EPISODES
+    assert evaluator.eval_wave(naive, spec, 2, 7) == 7
     cached = make_generator("hf", model, tokenizer)
-    assert evaluator.eval_wave(cached, spec, 10**12) == 1  # never fewer than one seed
+    assert evaluator.eval_wave(cached, spec, 2, 7) == 7  # the tiny model's caches all fit
+    assert evaluator.eval_wave(cached, spec, 10**12, 7) == 1  # never fewer than one seed
     # Kept caches of 10^12 tokens fit nowhere, and one seed is still played.
-    assert kept_cache_episodes(model, 10**12) == 1
+    assert kept_cache_episodes(model, 10**12, wanted=4) == 1
 
 
 def test_the_action_template_is_the_most_frequent_unsolved_sequence_and_its_prefixes():

@@ -38,7 +38,7 @@ from ragen.rollout.attention import NAME as DECODE_ATTENTION
 from ragen.rollout.attention import PREFIX_KEYWORD
 from ragen.rollout.sampling import choose, row_generators
 from ragen.rollout.static_decode import StaticDecoder
-from ragen.sysmem import available_memory
+from ragen.sysmem import available_memory, total_memory
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
@@ -55,10 +55,23 @@ _MIN_SHARED_OPENING = 16
 # A decode batch whose rows share fewer leading tokens than this keeps them in each row:
 # holding 64 once was no faster a layer, 128 level to 1.19x (benchmarks/attention.py).
 _MIN_SHARED_PREFIX = 128
-# Share of free memory the decode batch's KV cache may take (the cache is copied each step).
-_MEMORY_SHARE = 0.25
-# Share of free memory the caches kept between turns may take, all live episodes together.
-_KEPT_SHARE = 0.4
+# Shares of the device's whole memory that the decode batch's KV cache (copied each step) and
+# the caches kept between turns (all live episodes together) are planned to take. Planned
+# from the whole memory, not from what happens to be free, so that one machine sizes them
+# alike on every run: which rows decode together changes a row's samples at float rounding
+# (two bf16 evaluations of one Sokoban checkpoint, sized from free memory in waves of 198 and
+# 196 seeds, played 31 of 256 episodes differently).
+_BATCH_SHARE = 0.2
+_KEPT_SHARE = 0.3
+# A plan never takes more than this share of the memory free when it is made: beside other
+# processes the sizes shrink, and the run warns that its samples then depend on them.
+_FREE_SHARE = 0.6
+MEMORY_SHORT = (
+    "free memory is short: ragen plans its decode batches and kept caches from the machine's "
+    "whole memory, so that runs repeat exactly, and with other processes holding much of it "
+    "they shrink to fit; this run's samples can then differ, at float rounding, from a run "
+    "on the machine alone"
+)
 
 
 @dataclass(frozen=True)
@@ -238,21 +251,39 @@ def _free_memory(device: torch.device) -> int:
     return available_memory()
 
 
+def _total_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return total_memory()
+
+
+def memory_fit(device: torch.device, share: float, item_bytes: int, wanted: int) -> int:
+    """How many items of ``item_bytes`` to hold at once, at most ``wanted`` and at least 1:
+    ``share`` of the device's whole memory, cut (with a warning) to ``_FREE_SHARE`` of the
+    memory free now where other processes leave less."""
+    planned = min(wanted, int(_total_memory(device) * share // item_bytes))
+    allowed = int(_free_memory(device) * _FREE_SHARE // item_bytes)
+    if allowed < planned:
+        warnings.warn(MEMORY_SHORT, stacklevel=3)
+        planned = allowed
+    return max(1, planned)
+
+
 def auto_max_batch(model, longest_tokens: int) -> int:
-    """Rows whose KV caches (held about three times over while decoding) fit in free memory."""
+    """Rows whose KV caches (held about three times over while decoding) fit the decode
+    batch's share of memory, at most ``_MAX_AUTO_BATCH_CPU`` (or ``_GPU``) rows."""
     per_row = 3 * _kv_bytes_per_token(model) * max(longest_tokens, 1)
-    fit = int(_free_memory(model.device) * _MEMORY_SHARE // per_row)
     cap = _MAX_AUTO_BATCH_CPU if model.device.type == "cpu" else _MAX_AUTO_BATCH_GPU
-    return max(1, min(cap, fit))
+    return memory_fit(model.device, _BATCH_SHARE, per_row, cap)
 
 
-def kept_cache_episodes(model, context_tokens: int) -> int:
-    """Episodes whose caches, kept between turns (`CachedGenerator`) at up to
-    ``context_tokens`` each, fit in a share of free memory: how many to play at once when
-    the number is free to choose, as in an evaluation: 256 FrozenLake episodes of ~1,500
-    tokens keep 18 GB of float32 caches, more than a 24 GB machine has beside a trainer."""
+def kept_cache_episodes(model, context_tokens: int, wanted: int) -> int:
+    """Episodes, at most ``wanted``, whose caches, kept between turns (`CachedGenerator`) at up
+    to ``context_tokens`` each, fit their share of memory: how many to play at once when the
+    number is free to choose, as in an evaluation: 256 FrozenLake episodes of ~1,500 tokens
+    keep 18 GB of float32 caches, more than a 24 GB machine has beside a trainer."""
     per_episode = _kv_bytes_per_token(model) * max(context_tokens, 1)
-    return max(1, int(_free_memory(model.device) * _KEPT_SHARE // per_episode))
+    return memory_fit(model.device, _KEPT_SHARE, per_episode, wanted)
 
 
 # ----------------------------------------------------------------------------- naive backend

@@ -12,7 +12,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ragen import phases
-from ragen.config import MAX_EVAL_EPISODES, Config, TrainerConfig, env_options
+from ragen.config import Config, TrainerConfig, env_options
 from ragen.monitor.jsonl import RunDirError, append_jsonl
 from ragen.monitor.metrics import action_template
 from ragen.monitor.rundir import RunDir
@@ -101,12 +101,14 @@ class EvalRequest:
     temperature: float = _TRAINER.eval_temperature
 
 
-def eval_wave(generator: Generator, spec: RolloutSpec, k: int) -> int:
-    """Seeds an evaluation plays at once: all of them, unless the caches its generator keeps
-    between turns (``k`` episodes a seed, up to the context limit each) would outgrow memory."""
+def eval_wave(generator: Generator, spec: RolloutSpec, k: int, seeds: int) -> int:
+    """How many of ``seeds`` an evaluation plays at once: all of them, unless the caches its
+    generator keeps between turns (``k`` episodes a seed, up to the context limit each) would
+    outgrow their share of memory."""
     if not isinstance(generator, CachedGenerator):
-        return MAX_EVAL_EPISODES
-    return max(1, kept_cache_episodes(generator.model, spec.max_context_tokens) // k)
+        return max(1, seeds)
+    episodes = kept_cache_episodes(generator.model, spec.max_context_tokens, seeds * k)
+    return max(1, episodes // k)
 
 
 def evaluate(
@@ -127,7 +129,7 @@ def evaluate(
     spent, counts = phases.totals(), asdict(generator.stats)
     seeds = eval_seeds(request.n, EVAL_SEED_BASE)
     mine = distributed.shard(len(seeds))
-    wave = eval_wave(generator, spec, request.k)
+    wave = eval_wave(generator, spec, request.k, mine.stop - mine.start)
     bar.total = spec.max_turns * max(1, -(-(mine.stop - mine.start) // wave))
     try:
         played = []
