@@ -3,7 +3,7 @@ heap back.
 
 The generator plans its decode batch and the caches it keeps between turns from the whole
 memory (``total_memory``), so one machine sizes them alike on every run, and cuts them to
-what is free when other processes hold more (see ``generator.memory_fit``); on this CPU a
+what is free where too little is (see ``generator.memory_fit``); on this CPU a
 bigger batch decodes faster (``benchmarks/generator.py``, 32 rows of ~900 tokens: batch 25
 took 124 s where batch 10 took 175). Two things hide free memory that is really there:
 

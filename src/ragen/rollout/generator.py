@@ -63,14 +63,15 @@ _MIN_SHARED_PREFIX = 128
 # 196 seeds, played 31 of 256 episodes differently).
 _BATCH_SHARE = 0.2
 _KEPT_SHARE = 0.3
-# A plan never takes more than this share of the memory free when it is made: beside other
-# processes the sizes shrink, and the run warns that its samples then depend on them.
+# A plan never takes more than this share of the memory free when it is made: where too
+# little is free (other processes, or a large model beside its trainer) the sizes shrink, and
+# the run warns that its samples then depend on what else holds memory.
 _FREE_SHARE = 0.6
 MEMORY_SHORT = (
     "free memory is short: ragen plans its decode batches and kept caches from the machine's "
-    "whole memory, so that runs repeat exactly, and with other processes holding much of it "
-    "they shrink to fit; this run's samples can then differ, at float rounding, from a run "
-    "on the machine alone"
+    "whole memory so that runs repeat exactly, but too little of it is free now, so they "
+    "shrink to fit; this run's samples can then differ, at float rounding, from a run with "
+    "more memory free"
 )
 
 
@@ -260,7 +261,7 @@ def _total_memory(device: torch.device) -> int:
 def memory_fit(device: torch.device, share: float, item_bytes: int, wanted: int) -> int:
     """How many items of ``item_bytes`` to hold at once, at most ``wanted`` and at least 1:
     ``share`` of the device's whole memory, cut (with a warning) to ``_FREE_SHARE`` of the
-    memory free now where other processes leave less."""
+    memory free now where less is free."""
     planned = min(wanted, int(_total_memory(device) * share // item_bytes))
     allowed = int(_free_memory(device) * _FREE_SHARE // item_bytes)
     if allowed < planned:
