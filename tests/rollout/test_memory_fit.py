@@ -1,6 +1,6 @@
 """Decode batches and kept caches are planned from the whole memory, so a machine sizes them
-alike on every run whatever happens to be free, and shrink (with a warning) only when other
-processes leave too little."""
+alike on every run whatever happens to be free, and shrink (with a warning) only when too
+little is free."""
 
 import warnings
 
