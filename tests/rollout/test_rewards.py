@@ -47,6 +47,22 @@ def test_terms_add_up_to_the_reward_and_are_logged(tokenizer):
     assert logged[f"reward/{name}"] == pytest.approx(-0.04)
 
 
+def test_answered_think_tokens_pays_only_a_reply_that_acted(tokenizer):
+    # turn 1 thinks, then answers nothing valid; turn 2 thinks as long and pulls an arm
+    script = [
+        "I pick one.</think><answer>Neither</answer>",
+        "I pick one.</think><answer>Phoenix</answer>",
+    ]
+    terms = (("answered_think_tokens", 0.02), ("think_tokens", 0.02))
+    spec = RolloutSpec(**SPEC, reward_terms=terms)
+    trajs = rollout(ScriptedReplies(tokenizer, script), tokenizer, "bandit", [3], 1, spec)
+    first, second = trajs[0].turns
+    assert first.think_tokens == second.think_tokens > 0
+    assert first.terms["answered_think_tokens"] == 0.0
+    assert first.terms["think_tokens"] == pytest.approx(0.02 * first.think_tokens)
+    assert second.terms["answered_think_tokens"] == pytest.approx(0.02 * second.think_tokens)
+
+
 def test_a_term_returning_nan_is_refused_by_name():
     with pytest.raises(ValueError, match="'bad' returned nan"):
         rewards.shaping(None, {"bad": (lambda turn: float("nan"), 1.0)})

@@ -42,7 +42,19 @@ def think_tokens(turn: Turn) -> float:
     return float(turn.think_tokens)
 
 
-BUILTIN: dict[str, TermFn] = {"think_bonus": think_bonus, "think_tokens": think_tokens}
+def answered_think_tokens(turn: Turn) -> float:
+    """The think length in tokens of a reply that ran an action and was not cut
+    (``format_ok``), else 0: a reward for thinking that a reply cannot earn by never closing
+    its thought. With ``think_tokens`` at +0.02 on Bandit, format-ok fell from about 30% to 0
+    in one update and every reply became 64 tokens of unclosed noise (docs/findings.md)."""
+    return float(turn.think_tokens) if turn.format_ok else 0.0
+
+
+BUILTIN: dict[str, TermFn] = {
+    "think_bonus": think_bonus,
+    "think_tokens": think_tokens,
+    "answered_think_tokens": answered_think_tokens,
+}
 
 
 def check_name(name: str) -> None:
