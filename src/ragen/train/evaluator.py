@@ -129,8 +129,8 @@ def evaluate(
     spent, counts = phases.totals(), asdict(generator.stats)
     seeds = eval_seeds(request.n, EVAL_SEED_BASE)
     mine = distributed.shard(len(seeds))
-    wave = eval_wave(generator, spec, request.k, mine.stop - mine.start)
-    bar.total = spec.max_turns * max(1, -(-(mine.stop - mine.start) // wave))
+    wave = eval_wave(generator, spec, request.k, len(mine))
+    bar.total = spec.max_turns * max(1, -(-len(mine) // wave))
     try:
         played = []
         for start in range(mine.start, mine.stop, wave):
