@@ -98,7 +98,7 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-CRITIC_ONLY = ("critic_layers",)
+CRITIC_ONLY = ("critic_body", "critic_layers")
 """``model`` keys only the critic reads: an evaluation never runs the critic."""
 
 

@@ -230,11 +230,12 @@ def update_chunks(
             yield mini_data.rows(part)
 
 
-def critic_share(trainer) -> float:
+def critic_share(trainer, *, backward: bool = False) -> float:
     """The critic's decoder as a share of the policy's (0 without a critic): its layers over
-    the policy's, as ``model.critic_layers`` cuts it."""
+    the policy's, as ``model.critic_layers`` cuts it. ``backward``: the share its backward
+    runs through, 0 for a head on the policy's trunk (read without gradient)."""
     critic = trainer.m.critic
-    if critic is None:
+    if critic is None or (backward and critic.detached_body):
         return 0.0
     return critic.config.num_hidden_layers / trainer.m.policy.config.num_hidden_layers
 

@@ -167,16 +167,18 @@ def phase_work(trainer: Trainer, shape: dict, roll: dict, work: dict | None) -> 
             score["head_positions"] if with_head else 0,
             models_=decoders,
         )
-    trained = 1 + critic_share(trainer)
-    forward = flops(
-        shape,
-        upd["computed_tokens"],
-        upd["attn_computed"],
-        upd["head_positions"],
-        models_=trained,
-    )
-    out[phases.UPDATE_FORWARD] = forward
-    out[phases.UPDATE_BACKWARD] = 2 * forward
+
+    def update_flops(decoders: float) -> float:
+        return flops(
+            shape,
+            upd["computed_tokens"],
+            upd["attn_computed"],
+            upd["head_positions"],
+            models_=decoders,
+        )
+
+    out[phases.UPDATE_FORWARD] = update_flops(1 + critic_share(trainer))
+    out[phases.UPDATE_BACKWARD] = 2 * update_flops(1 + critic_share(trainer, backward=True))
     params = sum(
         p.numel()
         for opt in trainer.m.optimizers.values()

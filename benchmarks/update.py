@@ -336,6 +336,12 @@ def collected(preset: str, overrides: list[str]):
     directory, with the machine's description and one real rollout collected and filtered:
     yields (trainer, machine description, kept trajectories, rollout figures)."""
     cfg = config.load(preset, [*QUIET, "monitor.enabled=false", *overrides])
+    if cfg.model.critic_body != "copy":
+        # the plain reference trains a critic of its own; `benchmarks/step.py` times this one
+        raise SystemExit(
+            "update.py: model.critic_body=policy has no plain reference here; "
+            "time it with benchmarks/step.py"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, RunDir(Path(tmp) / "run"))
         desc = machine(next(trainer.m.policy.parameters()).dtype)

@@ -70,6 +70,8 @@ def opt(default: Any, *, ge=None, gt=None, le=None, lt=None) -> Any:
 ModelDtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: tuple[str, ...] = get_args(ModelDtype)
 SamplingAttention = Literal["ragen", "sdpa"]
+# What the critic's value head reads (models.ValueModel, models.TrunkValueHead).
+CriticBody = Literal["copy", "policy"]
 DEFAULT_SPEC = "smollm2-135m"
 
 
@@ -97,9 +99,14 @@ class ModelConfig:
     """LoRA scaling alpha (the paper used alpha = rank = 64)."""
     lora_targets: list[str] = opt(["all-linear"])
     """Module names LoRA adapts; all-linear means every linear layer but the output head."""
+    critic_body: CriticBody = "copy"
+    """What the critic's scalar head reads. copy: its own copy of the policy's decoder, trained
+    by the value loss (the paper's critic). policy: the policy's own last hidden states, read
+    without gradient, so only the head trains and the policy's loss is its own; no second
+    decoder to run backward or hold, one forward of the policy without gradient instead."""
     critic_layers: int | None = opt(None, ge=1)
-    """Decoder layers of the critic: the policy's first ones, under the critic's own final norm
-    and scalar head. null keeps them all (the paper's critic, a copy of the whole policy).
+    """Decoder layers of a copied critic: the policy's first ones, under the critic's own final
+    norm and scalar head. null keeps them all (the paper's critic, a copy of the whole policy).
     The critic's forward and backward cost in proportion to its layers; with GAE at
     lambda 1 its values only serve as a baseline."""
 
@@ -705,6 +712,13 @@ def _check_combinations(c: Config) -> None:
             "a checkpoint inside a reuse window could not resume exactly; make save_every "
             "a multiple of reuse_k",
         )
+    if c.model.critic_body == "policy" and c.model.critic_layers is not None:
+        raise _contradiction(
+            "model.critic_body and model.critic_layers",
+            f"critic_body=policy with critic_layers={c.model.critic_layers}",
+            "a head on the policy's trunk reads all of its layers; leave critic_layers null, "
+            "or use critic_body=copy to cut a copy",
+        )
     _check_fsdp(c)
     if not is_device(t.device):
         raise ConfigError(
@@ -733,6 +747,13 @@ def _check_fsdp(c: Config) -> None:
             "a checkpoint merges the adapters into a copy of the model, which FSDP2 cannot "
             "make; LoRA keeps gradients and optimiser states small anyway: use "
             "trainer.parallel=ddp with LoRA, or model.lora_rank=0",
+        )
+    if c.model.critic_body == "policy":
+        raise _contradiction(
+            "trainer.parallel and model.critic_body",
+            "fsdp with critic_body=policy",
+            "the head's values would need a forward of the sharded policy that the ranks do "
+            "not run in step; use trainer.parallel=ddp, or model.critic_body=copy",
         )
     if c.rollout.backend != "hf":
         raise _contradiction(

@@ -450,6 +450,9 @@ class ValueModel(torch.nn.Module):
     Values are read with `ragen.train.forward.state_values`, which runs ``body`` then ``head``.
     """
 
+    detached_body = False
+    """The value loss trains ``body`` too."""
+
     def __init__(self, lm, layers: int | None = None) -> None:
         """``lm``: a copy of the policy this critic owns (it is cut, not copied); ``layers``:
         keep only its first decoder layers (model.critic_layers), None keeps all."""
@@ -462,6 +465,33 @@ class ValueModel(torch.nn.Module):
         # A zero head starts every value at 0: no arbitrary initial critic error.
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
+
+
+class TrunkValueHead(torch.nn.Module):
+    """A critic that is only a scalar head on the policy's own decoder (model.critic_body=policy).
+
+    ``body`` is the policy's decoder, read without gradient (``detached_body``): the value
+    loss trains the head alone, and the policy's weights are the policy's, updated by its own
+    loss only. The policy is held outside the module tree, so this module's parameters,
+    state dict and optimiser are the head's alone, and nothing is counted, summed across
+    processes or saved twice.
+    """
+
+    detached_body = True
+
+    def __init__(self, policy) -> None:
+        """``policy``: the policy LM the trainer updates (LoRA-wrapped or not), not a copy."""
+        super().__init__()
+        self.__dict__["policy"] = policy  # not registered: its weights belong to the policy
+        self.config = policy.config
+        self.head = torch.nn.Linear(policy.config.hidden_size, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    @property
+    def body(self):
+        """The policy's decoder without its LM head, as it is now."""
+        return self.__dict__["policy"].get_decoder()
 
 
 def keep_first_layers(decoder, layers: int) -> None:

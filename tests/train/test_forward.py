@@ -164,12 +164,13 @@ def test_values_keep_float32_precision_under_bf16_autocast(tiny):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         values = state_values(critic, ids, mask)
         hidden = critic.body(input_ids=ids, attention_mask=mask).last_hidden_state
-    # The body runs in bf16 (the two paths to its output differ by ~1e-3); the head, a
-    # float32 layer, must not round what it writes to bf16 (~1e-2 at these values).
+    # The body runs in bf16 (the two paths to its output differ by ~1e-3, up to 2e-3 with
+    # another thread count); the head, a float32 layer, must not round what it writes to
+    # bf16 (~1e-2 at these values, which the last assertion checks on its own).
     expected = torch.nn.functional.pad(critic.head(hidden.float()).squeeze(-1)[:, :-1], (1, 0))
     real = mask.bool()
     real[:, 0] = False
     assert values.dtype == torch.float32
-    torch.testing.assert_close(values[real], expected[real], atol=2e-3, rtol=0)
+    torch.testing.assert_close(values[real], expected[real], atol=4e-3, rtol=0)
     rounded = values[real].bfloat16().float()
     assert (values[real] != rounded).float().mean() > 0.9  # float32 values, not bf16 ones

@@ -18,6 +18,8 @@ Shapes: B rows, T positions, H hidden size, V vocabulary.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
@@ -201,6 +203,18 @@ def token_logprobs(
     return out_logp, out_ent
 
 
+def _body_grad(critic):
+    """No gradient through a critic's body that is not its own to train (``detached_body``)."""
+    return torch.no_grad() if critic.detached_body else nullcontext()
+
+
+def critic_opening(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SharedOpening:
+    """The shared opening of ``critic.body`` over a mini-batch (see ``SharedOpening``); without
+    a graph when the body is read without gradient."""
+    with _body_grad(critic):
+        return SharedOpening(critic.body, input_ids, attention_mask)
+
+
 def state_values(
     critic,
     input_ids: torch.Tensor,
@@ -209,10 +223,12 @@ def state_values(
 ) -> torch.Tensor:
     """V(state before token t) for every t, (B, T) float32 (position 0 holds 0).
 
-    ``critic`` is a `models.ValueModel`: its decoder body, then its scalar head. ``opening``:
-    the rows' mini-batch opening, of ``critic.body``.
+    ``critic`` is a `models.ValueModel` or `models.TrunkValueHead`: its decoder body (without
+    gradient for the latter), then its scalar head. ``opening``: the rows' mini-batch opening,
+    of ``critic.body`` (``critic_opening``).
     """
-    hidden = decoder_hidden(critic.body, input_ids, attention_mask, opening)
+    with _body_grad(critic):
+        hidden = decoder_hidden(critic.body, input_ids, attention_mask, opening)
     # Outside autocast: under bf16 autocast the head would round every value (and so the
     # returns, the GAE targets and the value clip) to bf16's 3 significant digits.
     with torch.autocast(hidden.device.type, enabled=False):

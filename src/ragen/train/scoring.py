@@ -44,7 +44,7 @@ def score_batch(
         if policy is not None:
             policy_opening = forward.SharedOpening(policy.get_decoder(), input_ids, attention_mask)
         if critic is not None:
-            critic_opening = forward.SharedOpening(critic.body, input_ids, attention_mask)
+            critic_opening = forward.critic_opening(critic, input_ids, attention_mask)
     for rows in torch.arange(len(input_ids)).split(micro_batch):
         ids, mask, sampled = input_ids[rows], attention_mask[rows], loss_mask[rows]
         if policy is not None:

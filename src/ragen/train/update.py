@@ -37,7 +37,7 @@ from ragen.algos import (
 )
 from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
-from ragen.train.forward import SharedOpening
+from ragen.train.forward import SharedOpening, critic_opening
 from ragen.train.scoring import critic_values, policy_logprobs
 
 
@@ -176,7 +176,7 @@ class _Openings:
         with phases.timed(phases.UPDATE_FORWARD), autocast:
             return cls(
                 policy=None if policy is None else SharedOpening(policy.get_decoder(), ids, mask),
-                critic=None if critic is None else SharedOpening(critic.body, ids, mask),
+                critic=None if critic is None else critic_opening(critic, ids, mask),
             )
 
     def backward(self) -> None:
