@@ -107,3 +107,14 @@ def test_a_resume_cannot_change_the_critics_body(tmp_path):
     asked = config.load("bandit", [*RUN, "model.critic_body=copy"])
     with pytest.raises(config.ConfigError, match=r"model\.critic_body=copy cannot apply"):
         check_resume(run, cfg, asked)
+
+
+def test_with_lora_the_head_reads_the_adapted_decoder(tmp_path):
+    cfg = config.load("bandit", [*RUN, "model.critic_body=policy", "model.lora_rank=4"])
+    trainer = Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
+    body = trainer.m.critic.body
+    assert any("lora_A" in name for name, _ in body.named_parameters())
+    assert [n for n, _ in trainer.m.critic.named_parameters()] == ["head.weight", "head.bias"]
+    head_before = trainer.m.critic.head.weight.detach().clone()
+    trainer.train()
+    assert not torch.equal(trainer.m.critic.head.weight, head_before)

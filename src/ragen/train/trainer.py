@@ -159,13 +159,14 @@ def build_models(config: Config, device: torch.device) -> Models:
     each model sharded (before its optimiser takes its parameters) if the run shards."""
     m, t, a = config.model, config.trainer, config.algo
     policy, tokenizer = load_master_policy(config, device)
-    critic: models.ValueModel | models.TrunkValueHead | None = None
+    copied = None
     if a.trains_critic() and m.critic_body == "copy":
-        critic = models.ValueModel(copy.deepcopy(policy), m.critic_layers).to(device)
+        copied = models.ValueModel(copy.deepcopy(policy), m.critic_layers).to(device)
     if m.lora_rank > 0:
         policy = models.apply_lora(policy, m.lora_rank, m.lora_alpha, m.lora_targets)
-        if critic is not None:
-            critic.body = models.apply_lora(critic.body, m.lora_rank, m.lora_alpha, m.lora_targets)
+        if copied is not None:
+            copied.body = models.apply_lora(copied.body, m.lora_rank, m.lora_alpha, m.lora_targets)
+    critic: models.ValueModel | models.TrunkValueHead | None = copied
     if a.trains_critic() and m.critic_body == "policy":
         critic = models.TrunkValueHead(policy).to(device)  # on the decoder LoRA adapts, if any
     ref, ref_model = _reference(policy, a.kl_coef, config.rollout.temperature)
