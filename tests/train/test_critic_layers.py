@@ -14,6 +14,21 @@ from ragen.train import checkpoint
 from ragen.train.forward import SharedOpening, state_values
 from ragen.train.trainer import Trainer
 
+# One quick step of the tiny model on Bandit with a critic that learns fast.
+ONE_STEP = [
+    "model.spec=tiny",
+    "rollout.groups=4",
+    "rollout.group_size=2",
+    "rollout.max_reply_tokens=6",
+    "trainer.steps=1",
+    "trainer.mini_batch_size=4",
+    "trainer.micro_batch_size=2",
+    "trainer.eval_every=0",
+    "trainer.critic_lr=1e-3",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
+
 
 def _rows(vocab: int):
     """Three right-padded rows opening with the same 20 tokens: (ids, mask), (3, 30)."""
@@ -63,23 +78,7 @@ def test_config_refuses_zero_critic_layers():
 
 
 def test_a_run_trains_the_cut_critic_and_checkpoints_only_its_layer(tmp_path):
-    cfg = config.load(
-        "bandit",
-        [
-            "model.spec=tiny",
-            "model.critic_layers=1",
-            "rollout.groups=4",
-            "rollout.group_size=2",
-            "rollout.max_reply_tokens=6",
-            "trainer.steps=1",
-            "trainer.mini_batch_size=4",
-            "trainer.micro_batch_size=2",
-            "trainer.eval_every=0",
-            "trainer.critic_lr=1e-3",
-            "logging.progress=false",
-            "logging.tensorboard=false",
-        ],
-    )
+    cfg = config.load("bandit", [*ONE_STEP, "model.critic_layers=1"])
     run = create_run_dir(tmp_path / "run", cfg)
     trainer = Trainer(cfg, run)
     before = copy.deepcopy(trainer.m.critic.state_dict())

@@ -8,37 +8,13 @@ import copy
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.train.test_critic_layers import ONE_STEP, _rows
 
 from ragen import config, models
 from ragen.monitor.rundir import create_run_dir
 from ragen.train import checkpoint
 from ragen.train.forward import critic_opening, state_values
 from ragen.train.trainer import Trainer, check_resume
-
-RUN = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.steps=1",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.eval_every=0",
-    "trainer.critic_lr=1e-3",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
-
-
-def _rows(vocab: int):
-    """Three right-padded rows opening with the same 20 tokens: (ids, mask), (3, 30)."""
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, vocab, (3, 30), generator=g)
-    ids[:, :20] = ids[0, :20]
-    mask = torch.ones_like(ids)
-    mask[1, 26:] = 0
-    mask[2, 23:] = 0
-    return ids * mask, mask
 
 
 def test_the_head_reads_the_policys_last_hidden_states_and_trains_alone(tiny):
@@ -74,7 +50,7 @@ def test_the_policy_takes_the_copied_critics_step_and_only_the_head_is_saved(tmp
     # loss are the same: the policy's weights after it must be too.
     trained = {}
     for body in ("copy", "policy"):
-        cfg = config.load("bandit", [*RUN, f"model.critic_body={body}"])
+        cfg = config.load("bandit", [*ONE_STEP, f"model.critic_body={body}"])
         run = create_run_dir(tmp_path / body, cfg)
         trainer = Trainer(cfg, run)
         head_before = trainer.m.critic.head.weight.detach().clone()
@@ -102,15 +78,15 @@ def test_a_head_on_the_policy_cannot_be_cut_or_sharded():
 
 
 def test_a_resume_cannot_change_the_critics_body(tmp_path):
-    cfg = config.load("bandit", [*RUN, "model.critic_body=policy"])
+    cfg = config.load("bandit", [*ONE_STEP, "model.critic_body=policy"])
     run = create_run_dir(tmp_path / "run", cfg)
-    asked = config.load("bandit", [*RUN, "model.critic_body=copy"])
+    asked = config.load("bandit", [*ONE_STEP, "model.critic_body=copy"])
     with pytest.raises(config.ConfigError, match=r"model\.critic_body=copy cannot apply"):
         check_resume(run, cfg, asked)
 
 
 def test_with_lora_the_head_reads_the_adapted_decoder(tmp_path):
-    cfg = config.load("bandit", [*RUN, "model.critic_body=policy", "model.lora_rank=4"])
+    cfg = config.load("bandit", [*ONE_STEP, "model.critic_body=policy", "model.lora_rank=4"])
     trainer = Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
     body = trainer.m.critic.body
     assert any("lora_A" in name for name, _ in body.named_parameters())
