@@ -230,23 +230,30 @@ def update_chunks(
             yield mini_data.rows(part)
 
 
-def critic_share(trainer, *, backward: bool = False) -> float:
+def critic_share(trainer, *, backward: bool = False, beside_policy: bool = False) -> float:
     """The critic's decoder as a share of the policy's (0 without a critic): its layers over
-    the policy's, as ``model.critic_layers`` cuts it. ``backward``: the share its backward
-    runs through, 0 for a head on the policy's trunk (read without gradient)."""
+    the policy's, as ``model.critic_layers`` cuts it. A head on the policy's trunk runs no
+    backward through it (``backward``), and no forward of its own in a pass that runs the
+    policy anyway (``beside_policy``): it reads that pass's hidden states."""
     critic = trainer.m.critic
-    if critic is None or (backward and critic.detached_body):
+    if critic is None or (critic.detached_body and (backward or beside_policy)):
         return 0.0
     return critic.config.num_hidden_layers / trainer.m.policy.config.num_hidden_layers
+
+
+def critic_first(trainer, kept: int) -> bool:
+    """Whether the update trains the critic before the policy, its values taken there
+    (on-policy with a row-by-row estimator): a pass over the critic alone."""
+    estimator = trainer.config.algo.estimator
+    return trainer.on_policy(kept) and trainer.m.critic is not None and estimator in ROW_BY_ROW
 
 
 def scored_models(trainer, kept: int) -> tuple[float, bool]:
     """(decoders the scoring pass runs, a cut critic counted by its share of the layers;
     whether the policy's LM head is among them)."""
-    c = trainer.config
     on_policy = trainer.on_policy(kept)
     critic = trainer.m.critic is not None
-    critic_first = on_policy and critic and c.algo.estimator in ROW_BY_ROW
-    critic_scored = critic_share(trainer) if critic and not critic_first else 0.0
+    scored = critic and not critic_first(trainer, kept)
+    critic_scored = critic_share(trainer, beside_policy=not on_policy) if scored else 0.0
     decoders = (not on_policy) + critic_scored + (trainer.m.ref is not None)
     return decoders, not on_policy or trainer.m.ref is not None

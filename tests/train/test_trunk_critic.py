@@ -13,7 +13,14 @@ from tests.train.test_critic_layers import ONE_STEP, _rows
 from ragen import config, models
 from ragen.monitor.rundir import create_run_dir
 from ragen.train import checkpoint
-from ragen.train.forward import critic_opening, state_values
+from ragen.train.forward import (
+    SharedOpening,
+    critic_opening,
+    logprobs_and_trunk_values,
+    state_values,
+    token_logprobs,
+)
+from ragen.train.scoring import score_batch
 from ragen.train.trainer import Trainer, check_resume
 
 
@@ -68,6 +75,93 @@ def test_the_policy_takes_the_copied_critics_step_and_only_the_head_is_saved(tmp
         torch.testing.assert_close(mine[key], theirs[key], atol=1e-6, rtol=1e-5)
     saved = load_file(checkpoint.complete_checkpoints(run)[-1] / "critic_trainable.safetensors")
     assert sorted(saved) == ["head.bias", "head.weight"]
+
+
+def test_one_decoder_pass_gives_the_policys_logprobs_and_the_heads_values(tiny):
+    policy = copy.deepcopy(tiny[0])
+    critic = models.TrunkValueHead(policy)
+    torch.nn.init.normal_(critic.head.weight, std=0.1)
+    ids, mask = _rows(policy.config.vocab_size)
+    sampled = mask.clone()
+    sampled[:, :22] = 0  # replies after a 22-token prompt
+    sampled[2, 22:] = 0  # a row with nothing sampled
+
+    for opening in (None, SharedOpening(policy.get_decoder(), ids, mask)):
+        logp, ent, values = logprobs_and_trunk_values(
+            policy, critic, ids, mask, sampled, temperature=0.7, opening=opening
+        )
+        want_logp, want_ent = token_logprobs(
+            policy, ids, mask, sampled, temperature=0.7, opening=opening
+        )
+        assert torch.equal(logp, want_logp) and torch.equal(ent, want_ent)
+        assert torch.equal(values, state_values(critic, ids, mask))
+        assert values.requires_grad and logp.requires_grad
+        # the values' graph reaches the head only; the log-probs' the policy
+        (values[mask.bool()] ** 2).sum().backward()
+        assert critic.head.weight.grad is not None
+        assert all(p.grad is None for p in policy.parameters())
+        logp.sum().backward()
+        assert all(p.grad is not None for p in policy.get_decoder().layers.parameters())
+        policy.zero_grad(set_to_none=True)
+        critic.zero_grad(set_to_none=True)
+
+    with torch.no_grad():
+        both = score_batch(
+            policy,
+            critic,
+            None,
+            ids,
+            mask,
+            sampled,
+            temperature=0.7,
+            micro_batch=2,
+            share_opening=True,
+        )
+        alone = score_batch(
+            policy,
+            None,
+            None,
+            ids,
+            mask,
+            sampled,
+            temperature=0.7,
+            micro_batch=2,
+            share_opening=True,
+        )
+        values = score_batch(
+            None,
+            critic,
+            None,
+            ids,
+            mask,
+            sampled,
+            temperature=0.7,
+            micro_batch=2,
+            share_opening=True,
+        )
+    assert torch.equal(both["old_logprobs"], alone["old_logprobs"])
+    torch.testing.assert_close(both["values"], values["values"], atol=1e-6, rtol=1e-6)
+
+
+def test_a_scored_step_runs_the_policys_decoder_once_a_micro_batch_for_both(tmp_path):
+    # Scored and updated off the rollout's weights (trainer.scoring_pass=always): the head's
+    # values come from the policy's passes, and the step equals the copied critic's (both
+    # heads zero: the same advantages; the same hidden states, so the same head gradient).
+    scored = [*ONE_STEP, "trainer.scoring_pass=always"]
+    trained, passes = {}, {}
+    for body in ("copy", "policy"):
+        cfg = config.load("bandit", [*scored, f"model.critic_body={body}"])
+        trainer = Trainer(cfg, create_run_dir(tmp_path / body, cfg))
+        calls = []
+        trainer.m.policy.get_decoder().register_forward_hook(lambda *_, c=calls: c.append(1))
+        trainer.train()
+        trained[body], passes[body] = trainer, len(calls)
+    copied, trunk = trained["copy"].m, trained["policy"].m
+    for key, value in copied.policy.state_dict().items():
+        torch.testing.assert_close(trunk.policy.state_dict()[key], value, atol=1e-6, rtol=1e-5)
+    for key, value in copied.critic.head.state_dict().items():
+        torch.testing.assert_close(trunk.critic.head.state_dict()[key], value, atol=1e-6, rtol=1e-5)
+    assert passes["policy"] == passes["copy"]  # no decoder pass of the policy's for the head
 
 
 def test_a_head_on_the_policy_cannot_be_cut_or_sharded():

@@ -185,8 +185,43 @@ def token_logprobs(
     ``temperature`` 0 (greedy replies) scores at 1, as the generator reports them.
     ``opening``: the rows' mini-batch opening, of ``lm``'s decoder (see ``SharedOpening``).
     """
-    temperature = temperature if temperature > 0 else 1.0
     hidden = decoder_hidden(lm.get_decoder(), input_ids, attention_mask, opening)  # (B, T, H)
+    return _scored(lm, hidden, input_ids, loss_mask, temperature, with_entropy)
+
+
+def logprobs_and_trunk_values(
+    lm,
+    critic,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    opening: SharedOpening | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``token_logprobs`` and ``state_values`` from one pass of ``lm``'s decoder, for a critic
+    that is a head on that decoder (``critic.detached_body``, `models.TrunkValueHead`): the
+    head reads the very hidden states the log-probs come from, detached, where a separate
+    ``state_values`` would run the decoder again for the same numbers. All three (B, T) float32.
+    """
+    decoder = lm.get_decoder()
+    assert critic.detached_body and critic.body is decoder, "a head on lm's own decoder"
+    hidden = decoder_hidden(decoder, input_ids, attention_mask, opening)  # (B, T, H)
+    logp, ent = _scored(lm, hidden, input_ids, loss_mask, temperature, with_entropy)
+    return logp, ent, _head_values(critic, hidden.detach())
+
+
+def _scored(
+    lm,
+    hidden: torch.Tensor,
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor | None,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``token_logprobs`` of the decoder's last hidden states (B, T, H)."""
+    temperature = temperature if temperature > 0 else 1.0
     rows, cols = _next_token_positions(loss_mask, input_ids)
     logits = _head_logits(lm, hidden[rows, cols])  # (N, V)
     logp, ent = logprobs_and_entropy(
@@ -229,6 +264,11 @@ def state_values(
     """
     with _body_grad(critic):
         hidden = decoder_hidden(critic.body, input_ids, attention_mask, opening)
+    return _head_values(critic, hidden)
+
+
+def _head_values(critic, hidden: torch.Tensor) -> torch.Tensor:
+    """``state_values`` of the critic body's last hidden states (B, T, H)."""
     # Outside autocast: under bf16 autocast the head would round every value (and so the
     # returns, the GAE targets and the value clip) to bf16's 3 significant digits.
     with torch.autocast(hidden.device.type, enabled=False):

@@ -9,12 +9,19 @@ import torch
 from ragen.train import forward
 from ragen.train.fsdp import root_forward
 
-__all__ = ["critic_values", "policy_logprobs", "score_batch"]
+__all__ = ["critic_values", "policy_logprobs", "policy_logprobs_and_values", "score_batch"]
 
 # The scorers live in forward.py (shared prefix once, LM head on sampled positions only);
 # these are the names the loop and the update use, run as a forward of a sharded model.
 critic_values = root_forward(forward.state_values)
 policy_logprobs = root_forward(forward.token_logprobs)
+policy_logprobs_and_values = root_forward(forward.logprobs_and_trunk_values)
+
+
+def reads_policy_pass(policy, critic) -> bool:
+    """Whether ``critic``'s values come from ``policy``'s own pass: a head on its trunk
+    (``critic.detached_body``) where the policy runs anyway."""
+    return policy is not None and critic is not None and critic.detached_body
 
 
 @torch.no_grad()
@@ -34,20 +41,35 @@ def score_batch(
 
     ``ref_logprobs(ids, mask, loss_mask) -> (B, T)`` scores under the frozen reference; it,
     ``policy`` and ``critic`` may be None (no KL term; old log-probs or values left to the
-    update; no critic), and so is their entry. Returns (B, T) tensors. ``share_opening``: run
-    the opening all rows share once for the batch rather than once per micro-batch (models
-    that are not sharded).
+    update; no critic), and so is their entry. A critic that is a head on the policy's trunk
+    reads the policy's pass (``reads_policy_pass``). Returns (B, T) tensors.
+    ``share_opening``: run the opening all rows share once for the batch rather than once per
+    micro-batch (models that are not sharded).
     """
     old, refs, values = [], [], []
+    one_pass = reads_policy_pass(policy, critic)
     policy_opening = critic_opening = None
     if share_opening and len(input_ids):
         if policy is not None:
             policy_opening = forward.SharedOpening(policy.get_decoder(), input_ids, attention_mask)
-        if critic is not None:
+        if critic is not None and not one_pass:
             critic_opening = forward.critic_opening(critic, input_ids, attention_mask)
     for rows in torch.arange(len(input_ids)).split(micro_batch):
         ids, mask, sampled = input_ids[rows], attention_mask[rows], loss_mask[rows]
-        if policy is not None:
+        if one_pass:
+            logp, _, v = policy_logprobs_and_values(
+                policy,
+                critic,
+                ids,
+                mask,
+                sampled,
+                temperature=temperature,
+                with_entropy=False,
+                opening=policy_opening,
+            )
+            old.append(logp)
+            values.append(v)
+        elif policy is not None:
             old.append(
                 policy_logprobs(
                     policy,
@@ -61,7 +83,7 @@ def score_batch(
             )
         if ref_logprobs is not None:
             refs.append(ref_logprobs(ids, mask, sampled))
-        if critic is not None:
+        if critic is not None and not one_pass:
             values.append(critic_values(critic, ids, mask, critic_opening))
 
     def joined(parts: list[torch.Tensor]) -> torch.Tensor:

@@ -38,7 +38,12 @@ from ragen.algos import (
 from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
 from ragen.train.forward import SharedOpening, critic_opening
-from ragen.train.scoring import critic_values, policy_logprobs
+from ragen.train.scoring import (
+    critic_values,
+    policy_logprobs,
+    policy_logprobs_and_values,
+    reads_policy_pass,
+)
 
 
 @dataclass(frozen=True)
@@ -173,10 +178,12 @@ class _Openings:
         if s.sharded or s.trainer.prefix_sharing != "mini_batch" or not mine:
             return cls()
         ids, mask = mini_data.input_ids, mini_data.attention_mask
+        # a head on the policy's trunk reads the policy's pass, opening included
+        own_critic = critic is not None and not reads_policy_pass(policy, critic)
         with phases.timed(phases.UPDATE_FORWARD), autocast:
             return cls(
                 policy=None if policy is None else SharedOpening(policy.get_decoder(), ids, mask),
-                critic=None if critic is None else critic_opening(critic, ids, mask),
+                critic=critic_opening(critic, ids, mask) if own_critic else None,
             )
 
     def backward(self) -> None:
@@ -194,14 +201,26 @@ def _micro_loss(
     are its shares of the mini-batch values."""
     mask = data.loss_mask
     assert data.advantages is not None  # estimated before the policy's micro-batches run
-    logp, entropy = policy_logprobs(
-        policy,
-        data.input_ids,
-        data.attention_mask,
-        mask,
-        temperature=s.temperature,
-        opening=openings.policy,
-    )
+    values = None
+    if reads_policy_pass(policy, critic):
+        logp, entropy, values = policy_logprobs_and_values(
+            policy,
+            critic,
+            data.input_ids,
+            data.attention_mask,
+            mask,
+            temperature=s.temperature,
+            opening=openings.policy,
+        )
+    else:
+        logp, entropy = policy_logprobs(
+            policy,
+            data.input_ids,
+            data.attention_mask,
+            mask,
+            temperature=s.temperature,
+            opening=openings.policy,
+        )
     old_logprobs = logp.detach() if data.old_logprobs is None else data.old_logprobs
     pg_tok, stats = policy_loss(
         logp,
@@ -225,7 +244,8 @@ def _micro_loss(
         out["actor/kl"] = float(kl.detach())
     critic_loss = None
     if critic is not None:
-        values = critic_values(critic, data.input_ids, data.attention_mask, openings.critic)
+        if values is None:
+            values = critic_values(critic, data.input_ids, data.attention_mask, openings.critic)
         assert data.old_values is not None  # the trainer scores old values when it has a critic
         critic_loss, critic_stats = _critic_loss(values, data.old_values, data, s, norm)
         out.update(critic_stats)
