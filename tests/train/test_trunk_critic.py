@@ -105,40 +105,21 @@ def test_one_decoder_pass_gives_the_policys_logprobs_and_the_heads_values(tiny):
         policy.zero_grad(set_to_none=True)
         critic.zero_grad(set_to_none=True)
 
-    with torch.no_grad():
-        both = score_batch(
-            policy,
-            critic,
-            None,
-            ids,
-            mask,
-            sampled,
-            temperature=0.7,
-            micro_batch=2,
-            share_opening=True,
-        )
-        alone = score_batch(
-            policy,
-            None,
-            None,
-            ids,
-            mask,
-            sampled,
-            temperature=0.7,
-            micro_batch=2,
-            share_opening=True,
-        )
-        values = score_batch(
-            None,
-            critic,
-            None,
-            ids,
-            mask,
-            sampled,
-            temperature=0.7,
-            micro_batch=2,
-            share_opening=True,
-        )
+    def scored(policy, critic):
+        with torch.no_grad():
+            return score_batch(
+                policy,
+                critic,
+                None,
+                ids,
+                mask,
+                sampled,
+                temperature=0.7,
+                micro_batch=2,
+                share_opening=True,
+            )
+
+    both, alone, values = scored(policy, critic), scored(policy, None), scored(None, critic)
     assert torch.equal(both["old_logprobs"], alone["old_logprobs"])
     torch.testing.assert_close(both["values"], values["values"], atol=1e-6, rtol=1e-6)
 

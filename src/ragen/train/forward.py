@@ -199,17 +199,18 @@ def logprobs_and_trunk_values(
     temperature: float = 1.0,
     with_entropy: bool = True,
     opening: SharedOpening | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``token_logprobs`` and ``state_values`` from one pass of ``lm``'s decoder, for a critic
-    that is a head on that decoder (``critic.detached_body``, `models.TrunkValueHead`): the
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``token_logprobs``, and the ``state_values`` of ``critic``, a head on ``lm``'s own
+    decoder (``critic.detached_body``, `models.TrunkValueHead`), from one decoder pass: the
     head reads the very hidden states the log-probs come from, detached, where a separate
-    ``state_values`` would run the decoder again for the same numbers. All three (B, T) float32.
+    ``state_values`` would run the decoder again for the same numbers. ``critic`` None: the
+    values are None. All (B, T) float32.
     """
     decoder = lm.get_decoder()
-    assert critic.detached_body and critic.body is decoder, "a head on lm's own decoder"
+    assert critic is None or (critic.detached_body and critic.body is decoder), "lm's own head"
     hidden = decoder_hidden(decoder, input_ids, attention_mask, opening)  # (B, T, H)
     logp, ent = _scored(lm, hidden, input_ids, loss_mask, temperature, with_entropy)
-    return logp, ent, _head_values(critic, hidden.detach())
+    return logp, ent, None if critic is None else _head_values(critic, hidden.detach())
 
 
 def _scored(

@@ -9,7 +9,13 @@ import torch
 from ragen.train import forward
 from ragen.train.fsdp import root_forward
 
-__all__ = ["critic_values", "policy_logprobs", "policy_logprobs_and_values", "score_batch"]
+__all__ = [
+    "critic_values",
+    "policy_logprobs",
+    "policy_logprobs_and_values",
+    "reads_policy_pass",
+    "score_batch",
+]
 
 # The scorers live in forward.py (shared prefix once, LM head on sampled positions only);
 # these are the names the loop and the update use, run as a forward of a sharded model.
@@ -56,10 +62,10 @@ def score_batch(
             critic_opening = forward.critic_opening(critic, input_ids, attention_mask)
     for rows in torch.arange(len(input_ids)).split(micro_batch):
         ids, mask, sampled = input_ids[rows], attention_mask[rows], loss_mask[rows]
-        if one_pass:
+        if policy is not None:
             logp, _, v = policy_logprobs_and_values(
                 policy,
-                critic,
+                critic if one_pass else None,
                 ids,
                 mask,
                 sampled,
@@ -68,19 +74,8 @@ def score_batch(
                 opening=policy_opening,
             )
             old.append(logp)
-            values.append(v)
-        elif policy is not None:
-            old.append(
-                policy_logprobs(
-                    policy,
-                    ids,
-                    mask,
-                    sampled,
-                    temperature=temperature,
-                    with_entropy=False,
-                    opening=policy_opening,
-                )[0]
-            )
+            if v is not None:
+                values.append(v)
         if ref_logprobs is not None:
             refs.append(ref_logprobs(ids, mask, sampled))
         if critic is not None and not one_pass:

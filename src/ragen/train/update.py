@@ -38,12 +38,7 @@ from ragen.algos import (
 from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
 from ragen.train.forward import SharedOpening, critic_opening
-from ragen.train.scoring import (
-    critic_values,
-    policy_logprobs,
-    policy_logprobs_and_values,
-    reads_policy_pass,
-)
+from ragen.train.scoring import critic_values, policy_logprobs_and_values, reads_policy_pass
 
 
 @dataclass(frozen=True)
@@ -201,26 +196,15 @@ def _micro_loss(
     are its shares of the mini-batch values."""
     mask = data.loss_mask
     assert data.advantages is not None  # estimated before the policy's micro-batches run
-    values = None
-    if reads_policy_pass(policy, critic):
-        logp, entropy, values = policy_logprobs_and_values(
-            policy,
-            critic,
-            data.input_ids,
-            data.attention_mask,
-            mask,
-            temperature=s.temperature,
-            opening=openings.policy,
-        )
-    else:
-        logp, entropy = policy_logprobs(
-            policy,
-            data.input_ids,
-            data.attention_mask,
-            mask,
-            temperature=s.temperature,
-            opening=openings.policy,
-        )
+    logp, entropy, values = policy_logprobs_and_values(
+        policy,
+        critic if reads_policy_pass(policy, critic) else None,
+        data.input_ids,
+        data.attention_mask,
+        mask,
+        temperature=s.temperature,
+        opening=openings.policy,
+    )
     old_logprobs = logp.detach() if data.old_logprobs is None else data.old_logprobs
     pg_tok, stats = policy_loss(
         logp,
