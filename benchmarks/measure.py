@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 
 from ragen import models
-from ragen.config import ROW_BY_ROW
 from ragen.train.forward import shared_prefix_length
 from ragen.train.update import UpdateData, mini_batch_rows
 
@@ -241,19 +240,12 @@ def critic_share(trainer, *, backward: bool = False, beside_policy: bool = False
     return critic.config.num_hidden_layers / trainer.m.policy.config.num_hidden_layers
 
 
-def critic_first(trainer, kept: int) -> bool:
-    """Whether the update trains the critic before the policy, its values taken there
-    (on-policy with a row-by-row estimator): a pass over the critic alone."""
-    estimator = trainer.config.algo.estimator
-    return trainer.on_policy(kept) and trainer.m.critic is not None and estimator in ROW_BY_ROW
-
-
 def scored_models(trainer, kept: int) -> tuple[float, bool]:
     """(decoders the scoring pass runs, a cut critic counted by its share of the layers;
     whether the policy's LM head is among them)."""
     on_policy = trainer.on_policy(kept)
     critic = trainer.m.critic is not None
-    scored = critic and not critic_first(trainer, kept)
+    scored = critic and not trainer.critic_first(kept)
     critic_scored = critic_share(trainer, beside_policy=not on_policy) if scored else 0.0
     decoders = (not on_policy) + critic_scored + (trainer.m.ref is not None)
     return decoders, not on_policy or trainer.m.ref is not None

@@ -39,7 +39,6 @@ from measure import (
     add_counts,
     chunk_counts,
     copy_bandwidth,
-    critic_first,
     critic_share,
     flops,
     machine,
@@ -179,7 +178,7 @@ def phase_work(trainer: Trainer, shape: dict, roll: dict, work: dict | None) -> 
         )
 
     # the critic's values beside the policy's loss, unless it went first on its own
-    alone = critic_first(trainer, work["rows"])
+    alone = trainer.critic_first(work["rows"])
     out[phases.UPDATE_FORWARD] = update_flops(1 + critic_share(trainer, beside_policy=not alone))
     out[phases.UPDATE_BACKWARD] = 2 * update_flops(1 + critic_share(trainer, backward=True))
     params = sum(

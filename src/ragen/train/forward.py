@@ -185,8 +185,17 @@ def token_logprobs(
     ``temperature`` 0 (greedy replies) scores at 1, as the generator reports them.
     ``opening``: the rows' mini-batch opening, of ``lm``'s decoder (see ``SharedOpening``).
     """
-    hidden = decoder_hidden(lm.get_decoder(), input_ids, attention_mask, opening)  # (B, T, H)
-    return _scored(lm, hidden, input_ids, loss_mask, temperature, with_entropy)
+    logp, ent, _ = logprobs_and_trunk_values(
+        lm,
+        None,
+        input_ids,
+        attention_mask,
+        loss_mask,
+        temperature=temperature,
+        with_entropy=with_entropy,
+        opening=opening,
+    )
+    return logp, ent
 
 
 def logprobs_and_trunk_values(
@@ -209,19 +218,6 @@ def logprobs_and_trunk_values(
     decoder = lm.get_decoder()
     assert critic is None or (critic.detached_body and critic.body is decoder), "lm's own head"
     hidden = decoder_hidden(decoder, input_ids, attention_mask, opening)  # (B, T, H)
-    logp, ent = _scored(lm, hidden, input_ids, loss_mask, temperature, with_entropy)
-    return logp, ent, None if critic is None else _head_values(critic, hidden.detach())
-
-
-def _scored(
-    lm,
-    hidden: torch.Tensor,
-    input_ids: torch.Tensor,
-    loss_mask: torch.Tensor | None,
-    temperature: float,
-    with_entropy: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``token_logprobs`` of the decoder's last hidden states (B, T, H)."""
     temperature = temperature if temperature > 0 else 1.0
     rows, cols = _next_token_positions(loss_mask, input_ids)
     logits = _head_logits(lm, hidden[rows, cols])  # (N, V)
@@ -236,7 +232,8 @@ def _scored(
     # index_put keeps the graph: gradients flow back to the scored positions only
     out_logp = out_logp.index_put((rows, cols + 1), logp[0])
     out_ent = out_ent.index_put((rows, cols + 1), ent[0])
-    return out_logp, out_ent
+    values = None if critic is None else _head_values(critic, hidden.detach())
+    return out_logp, out_ent, values
 
 
 def _body_grad(critic):

@@ -411,7 +411,7 @@ class Trainer:
         loss_mask = batch.loss_mask.to(self.device)
         rewards = batch.rewards.to(self.device)
         on_policy = self.on_policy(len(kept))
-        critic_first = on_policy and self.m.critic is not None and c.algo.estimator in ROW_BY_ROW
+        critic_first = self.critic_first(len(kept))
         with phases.timed(phases.SCORE):
             scored = self.score(ids, mask, loss_mask, policy=not on_policy, critic=not critic_first)
         if critic_first:  # the update trains the critic first and estimates from its values
@@ -445,6 +445,13 @@ class Trainer:
             ref_logprobs=scored["ref_logprobs"],
             old_values=scored["values"],
         )
+
+    def critic_first(self, kept: int) -> bool:
+        """Whether the update of ``kept`` episodes trains the critic before the policy and
+        estimates the advantages from its values (on-policy, a row-by-row estimator): no
+        scoring pass for the values."""
+        estimator = self.config.algo.estimator
+        return self.on_policy(kept) and self.m.critic is not None and estimator in ROW_BY_ROW
 
     def on_policy(self, kept: int) -> bool:
         """Whether the update of ``kept`` episodes is exactly on-policy and may take its old
