@@ -74,6 +74,22 @@ def test_over_seeds_by_hand():
     assert table.over_seeds([table.Measured(None)]) == table.Estimate(None, None)
 
 
+def test_two_evaluations_close_by_chance_keep_their_binomial_error():
+    close = table.over_seeds([table.Measured(0.20, 256), table.Measured(0.21, 256)])
+    # the spread says 0.005; 512 episodes at 20.5% say 0.0178
+    assert close.mean == pytest.approx(0.205)
+    assert close.se == pytest.approx(math.sqrt(0.205 * 0.795 * (2 / 256)) / 2)
+    assert close.se == pytest.approx(0.01784, abs=1e-5)
+    apart = table.over_seeds([table.Measured(0.10, 256), table.Measured(0.30, 256)])
+    assert apart.se == pytest.approx(0.1)  # the spread, wider than the binomial 0.0177
+    # episodes of unequal evaluations: each adds its own variance
+    mixed = table.over_seeds([table.Measured(0.5, 64), table.Measured(0.5, 256)])
+    assert mixed.se == pytest.approx(math.sqrt(0.25 * (1 / 64 + 1 / 256)) / 2)
+    # a seed without episodes leaves only the spread
+    unknown = table.over_seeds([table.Measured(0.20, 256), table.Measured(0.21)])
+    assert unknown.se == pytest.approx(0.005)
+
+
 UNMEASURED = table.Estimate(None, None)
 
 

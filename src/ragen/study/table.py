@@ -2,10 +2,13 @@
 figure, and whether each expected comparison held beyond the noise.
 
 The standard error of a run's mean is the seeds' spread (sample standard deviation over
-sqrt(seeds)) when it has two seeds or more. With one seed it is the binomial error of its
-last evaluation when the metric is an evaluation's success (``eval/ENV/success``, whose
-episode count eval.jsonl records), and unknown otherwise: a comparison without an error is
-reported as untested, never as reproduced.
+sqrt(seeds)) when it has two seeds or more. When the metric is an evaluation's success
+(``eval/ENV/success``, whose episode count eval.jsonl records) it is at least the binomial
+error of the mean over all the seeds' episodes: that part of the noise is known, and two
+seeds that land close by chance would otherwise claim a precision their episodes do not
+hold (the spread of two values has one degree of freedom). With one seed the binomial error
+is all there is, and without episodes the error is unknown: a comparison without an error
+is reported as untested, never as reproduced.
 """
 
 from __future__ import annotations
@@ -133,25 +136,28 @@ def _episodes(run: RunData, metric: str, *, before: bool) -> int | None:
     return episodes if isinstance(episodes, int) and episodes > 0 else None
 
 
-def estimate(values: Sequence[float | None], episodes: int | None = None) -> Estimate:
-    """The mean of the seeds' values (those measured) and its standard error; with one
-    value, the binomial error over ``episodes`` when given (see the module's docstring)."""
+def estimate(values: Sequence[float | None], episodes: Sequence[int | None] = ()) -> Estimate:
+    """The mean of the seeds' values (those measured) and its standard error (see the
+    module's docstring); ``episodes`` holds each value's evaluation episodes, when known."""
     known = [v for v in values if v is not None]
     if not known:
         return Estimate(None, None)
     mean = statistics.fmean(known)
-    if len(known) >= 2:
-        return Estimate(mean, statistics.stdev(known) / math.sqrt(len(known)))
-    if episodes and 0.0 <= mean <= 1.0:
-        return Estimate(mean, math.sqrt(mean * (1 - mean) / episodes))
-    return Estimate(mean, None)
+    spread = statistics.stdev(known) / math.sqrt(len(known)) if len(known) >= 2 else None
+    counted = [n for v, n in zip(values, episodes, strict=False) if v is not None and n]
+    binomial = None
+    if len(counted) == len(known) and 0.0 <= mean <= 1.0:
+        # Each value is a success rate over its own episodes: the mean's binomial variance
+        # is the sum of each one's over the number of seeds squared.
+        binomial = math.sqrt(mean * (1 - mean) * sum(1 / n for n in counted)) / len(known)
+    if spread is None or binomial is None:
+        return Estimate(mean, spread if binomial is None else binomial)
+    return Estimate(mean, max(spread, binomial))
 
 
 def over_seeds(measured: Sequence[Measured]) -> Estimate:
     """One value of a run (its end, start or a column) over its seeds."""
-    known = [m for m in measured if m.value is not None]
-    episodes = known[0].episodes if len(known) == 1 else None
-    return estimate([m.value for m in measured], episodes)
+    return estimate([m.value for m in measured], [m.episodes for m in measured])
 
 
 def judge(want: Expectation, rows: dict[str, RowResult]) -> Verdict:
