@@ -54,6 +54,7 @@ import torch
 
 import ragen
 from ragen import config, threads
+from ragen.monitor import paired
 from ragen.monitor.jsonl import read_jsonl, write_atomic
 from ragen.monitor.report import write_report
 from ragen.monitor.rundir import RunDir, create_run_dir, rewrite_config
@@ -287,25 +288,25 @@ def seed_successes(folder: Path, env: str) -> dict[int, bool] | None:
 
 
 def paired_change(before: dict[int, bool], after: dict[int, bool]) -> dict | None:
-    """The success change on the seeds both evaluations played, read pair by pair: a lake,
-    room or arm keeps its draw (and FrozenLake its slips) under the same seed, so an episode
-    that plays the same moves ends the same way, and only the seeds whose outcome changed
-    carry the difference. ``gained``/``lost``: seeds that went from failure to success and
-    back; the difference is (gained - lost) / n, its standard error that of the mean of the
-    n per-seed differences (sample variance), z = difference / SE (0 when no seed changed;
-    None when every seed changed the same way, which leaves no spread). None with no seed
-    in common."""
+    """The success change on the seeds both evaluations played, read pair by pair
+    (ragen.monitor.paired: a lake, room or arm keeps its draw, and FrozenLake its slips,
+    under the same seed, so only the seeds whose outcome changed carry the difference).
+    ``gained``/``lost``: seeds that went from failure to success and back; z is None when
+    every seed changed the same way, which leaves no spread. None with no seed in common."""
     seeds = sorted(before.keys() & after.keys())
-    n = len(seeds)
-    if n == 0:
+    if not seeds:
         return None
-    gained = sum(after[s] and not before[s] for s in seeds)
-    lost = sum(before[s] and not after[s] for s in seeds)
-    difference = (gained - lost) / n
-    variance = (gained + lost - n * difference**2) / (n - 1) if n > 1 else 0.0
-    se = math.sqrt(max(variance, 0.0) / n)
-    z = difference / se if se > 0 else (0.0 if difference == 0 else None)
-    return {"seeds": n, "gained": gained, "lost": lost, "difference": difference, "se": se, "z": z}
+    change = paired.paired_change(
+        [float(before[s]) for s in seeds], [float(after[s]) for s in seeds]
+    )
+    return {
+        "seeds": change.levels,
+        "gained": change.gained,
+        "lost": change.lost,
+        "difference": change.difference,
+        "se": change.se,
+        "z": change.z if math.isfinite(change.z) else None,
+    }
 
 
 def shown_change(c: dict) -> str:

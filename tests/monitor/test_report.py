@@ -325,6 +325,43 @@ def test_the_story_tells_a_collapse_and_a_missing_base(tmp_path):
     ]
 
 
+def test_the_story_reads_the_levels_pair_by_pair_where_the_evaluations_hold_them(tmp_path):
+    records = [{"step": s, "rollout/success": 0.5} for s in range(4)]
+    run = _run(tmp_path, "paired", records, alerts=[])
+    before = [1, 1, 0, 0, 0, 0, 0, 0]  # 2 of 8
+    after = [1, 1, 1, 1, 1, 0, 0, 0]  # 5 of 8: 3 levels gained, none lost
+    _evals(
+        run,
+        [
+            {
+                "step": -1,
+                "env": "bandit",
+                "success": 0.25,
+                "episodes": 8,
+                "seeds": 8,
+                "k": 1,
+                "seed_successes": before,
+            },
+            {
+                "step": 3,
+                "env": "bandit",
+                "success": 0.625,
+                "episodes": 8,
+                "seeds": 8,
+                "k": 1,
+                "seed_successes": after,
+            },
+        ],
+    )
+    # per-level changes: three 1s and five 0s; mean 3/8, sample variance (3 - 8 * 9/64) / 7
+    # = 15/56, SE sqrt(15/56/8) = 0.183: 2.0 SE, where two independent rates read 1.6
+    assert report.story([report.load_run(run.root)]) == [
+        "bandit: 25.0% before training, 62.5% after step 3 (+37.5 points, +2.0 SE level by "
+        "level on 8 levels: 3 gained, 0 lost): a gain beyond the noise. The collapse monitor "
+        "raised no alert."
+    ]
+
+
 def test_difference_z_by_hand():
     half, all_ = {"success": 0.5, "episodes": 100}, {"success": 1.0, "episodes": 100}
     assert report.difference_z(half, all_) == pytest.approx(0.5 / 0.05)

@@ -158,3 +158,60 @@ def test_the_aligned_runs_count_steps_from_their_collapse(tmp_path):
     assert aligned.aligned(_run(tmp_path, "calm", [0.2, 0.3])) is None
     path = aligned.write_aligned([run], tmp_path, alpha=1.0)
     assert path == tmp_path / "aligned.png" and path.stat().st_size > 0
+
+
+def _levels_run(tmp_path, name, before, after):
+    """A run evaluated before training and after its last step on the same 8 lakes."""
+    evals = [
+        {
+            "step": step,
+            "env": "frozen-lake",
+            "success": sum(o) / 8,
+            "episodes": 8,
+            "seeds": 8,
+            "k": 1,
+            "seed_successes": o,
+        }
+        for step, o in ((-1, before), (3, after))
+    ]
+    return _run(tmp_path, name, [0.1, 0.2, 0.3, 0.4], evals)
+
+
+def test_a_run_against_its_start_is_read_level_by_level(tmp_path):
+    study = _study(metric="eval/frozen-lake/success", tail=1)
+    seeds = [
+        table.seed_result(
+            _levels_run(tmp_path, "s0", [1, 1, 0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]),
+            0,
+            study,
+            1.0,
+        ),
+        table.seed_result(
+            _levels_run(tmp_path, "s1", [1, 0, 0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]),
+            1,
+            study,
+            1.0,
+        ),
+    ]
+    assert seeds[0].end.levels == {"seeds": 8, "k": 1, "seed_successes": [1, 1, 1, 1, 0, 0, 0, 0]}
+    row = table.RowResult(
+        "a",
+        "frozen-lake",
+        seeds,
+        table.over_seeds([s.end for s in seeds]),
+        table.over_seeds([s.start for s in seeds]),
+        None,
+        {},
+    )
+    verdict = table.judge(Expectation("a", "a@start"), {"a": row})
+    # level rates over the two seeds: before 1, .5, 0 x 6; after 1, 1, 1, .5, 0 x 4
+    # changes 0, .5, 1, .5, 0 x 4: mean 2/8, sample variance (1.5 - 8/16) / 7 = 1/7
+    assert verdict.difference == pytest.approx(0.25) and verdict.paired_levels == 8
+    paired_se = math.sqrt(1 / 7 / 8)  # 0.134, wider than the seeds' spread, 0.088
+    assert verdict.se == pytest.approx(paired_se)
+    assert verdict.z == pytest.approx(0.25 / paired_se)
+    text = table.table_markdown(study, "cpu", [row], [verdict])
+    assert "+0.250 ± 0.134 (z +1.87, level by level on 8 levels)" in text
+    # one seed without its levels' outcomes: the two sides are compared as means
+    seeds[1].start.levels = None
+    assert table.judge(Expectation("a", "a@start"), {"a": row}).paired_levels is None

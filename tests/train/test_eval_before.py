@@ -1,6 +1,7 @@
 """trainer.eval_before: the starting policy evaluated once, at step -1, changing nothing else."""
 
 from ragen import config
+from ragen.monitor import report
 from ragen.monitor.jsonl import read_jsonl
 from ragen.monitor.rundir import BEFORE_TRAINING, RunDir, create_run_dir
 from ragen.train.trainer import Trainer
@@ -48,6 +49,10 @@ def test_the_base_evaluation_is_recorded_once_and_changes_no_training_step(tmp_p
     # step 2 does not evaluate the starting policy again
     assert [e["step"] for e in evals] == [BEFORE_TRAINING, 1, 2]
     assert evals[0]["env"] == "bandit" and evals[0]["episodes"] == 2
+    # each evaluation keeps how its 2 levels went, in seed order, to be read level by level
+    for e in evals:
+        assert len(e["seed_successes"]) == 2 and sum(e["seed_successes"]) == 2 * e["success"]
+    assert "level by level on 2 levels" in report.story([report.load_run(run.root)])[0]
     # the base evaluation samples from its own seeds: every training step is as without it
     assert _training(run) == _training(plain)
     assert [e["step"] for e in read_jsonl(plain.evals).records] == [1, 2]

@@ -29,6 +29,7 @@ def test_summary_of_two_seeds_with_two_tries_each():
     assert (s["episodes"], s["seeds"], s["k"]) == (4, 2, 2)
     assert s["success"] == 0.25  # 1 of 4 episodes
     assert s["pass_at_k"] == 0.5  # seed 0 solved by one of its 2 tries, seed 1 by neither
+    assert s["seed_successes"] == [1, 0]  # per seed, in seed order: its tries that succeeded
     assert s["reward_mean"] == pytest.approx((3 * 10.8 - 0.1) / 4)
     assert s["turns_mean"] == 7 / 4 and s["actions_mean"] == 7 / 4  # one action per turn
     assert s["reply_tokens_mean"] == pytest.approx((3 * 5 + 2) / 7)  # sampled tokens per turn

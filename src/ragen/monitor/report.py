@@ -25,6 +25,7 @@ from matplotlib.lines import Line2D
 from ragen import metric_names as names
 from ragen.monitor.collapse import Alert, detector_settings, is_finite_number, replay
 from ragen.monitor.jsonl import RunDirError, read_jsonl
+from ragen.monitor.paired import paired_summaries
 from ragen.monitor.rundir import BEFORE_TRAINING, RunDir, check_metrics
 
 DEFAULT_SMOOTHING = 0.1
@@ -476,11 +477,20 @@ def _eval_story(run: RunData) -> list[str]:
         if not (_counted(before) and _counted(after)):
             out.append(f"{change}.")
             continue
-        z = difference_z(before, after)
         points = 100 * (after["success"] - before["success"])
-        sizes = {before["episodes"], after["episodes"]}
-        seeds = f"{sizes.pop()} episodes" if len(sizes) == 1 else "episodes"
-        out.append(f"{change} ({points:+.1f} points, {z:+.1f} SE on {seeds}): {_verdict(z)}.")
+        paired = paired_summaries([before], [after])
+        if paired is not None:
+            z = paired.z
+            read = (
+                f"{z:+.1f} SE level by level on {paired.levels} levels: {paired.gained} "
+                f"gained, {paired.lost} lost"
+            )
+        else:
+            z = difference_z(before, after)
+            sizes = {before["episodes"], after["episodes"]}
+            episodes = f"{sizes.pop()} episodes" if len(sizes) == 1 else "episodes"
+            read = f"{z:+.1f} SE on {episodes}"
+        out.append(f"{change} ({points:+.1f} points, {read}): {_verdict(z)}.")
     return out
 
 

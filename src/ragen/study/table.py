@@ -9,6 +9,11 @@ seeds that land close by chance would otherwise claim a precision their episodes
 hold (the spread of two values has one degree of freedom). With one seed the binomial error
 is all there is, and without episodes the error is unknown: a comparison without an error
 is reported as untested, never as reproduced.
+
+Two sides that are evaluations of the same levels (a run's end against its start, or two
+runs evaluated on the same fixed seeds) are compared level by level where every seed's
+evaluation holds its levels' outcomes (ragen.monitor.paired): the error of the difference is
+then the paired one, or the seeds' spread where that is wider.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from ragen.monitor.paired import SEED_SUCCESSES, paired_summaries, seed_successes
 from ragen.monitor.report import SIGNIFICANT_Z, RunData, series, summarize_run
 from ragen.monitor.rundir import BEFORE_TRAINING
 from ragen.study.spec import START, Expectation, Study
@@ -29,10 +35,12 @@ _EVAL_SUCCESS = re.compile(r"eval/(.+)/success")
 @dataclass
 class Measured:
     """A value of one run directory, with the episodes behind it when it is an evaluation's
-    success (its binomial error needs them)."""
+    success (its binomial error needs them) and, where the evaluation recorded them, its
+    levels' outcomes (``seeds``, ``k`` and ``seed_successes``, as the summary holds them)."""
 
     value: float | None
     episodes: int | None = None
+    levels: dict | None = None
 
 
 @dataclass
@@ -87,6 +95,8 @@ class Verdict:
     se: float | None
     z: float | None
     outcome: str
+    paired_levels: int | None = None
+    """The levels the two sides were compared on one by one; None: as independent means."""
 
 
 def seed_result(run: RunData, seed: int, study: Study, minutes: float | None) -> SeedResult:
@@ -116,24 +126,37 @@ def ends_of(
     before = [v for s, v in zip(steps, values, strict=True) if s == BEFORE_TRAINING]
     if not before and trained and trained[0][0] == 0 and not _EVAL_SUCCESS.fullmatch(metric):
         before = [trained[0][1]]  # a train metric's step 0 was sampled before any update
-    start = Measured(before[0] if before else None, _episodes(run, metric, before=True))
+    start = _measured(before[0] if before else None, _evaluation(run, metric, before=True))
     end_value = statistics.fmean(v for _, v in trained[-tail:]) if trained else None
-    end = Measured(end_value, _episodes(run, metric, before=False) if tail == 1 else None)
+    last = _evaluation(run, metric, before=False) if tail == 1 else None
+    end = _measured(end_value, last)
     peak = max(trained, key=lambda sv: sv[1]) if trained else None
     return start, end, peak
 
 
-def _episodes(run: RunData, metric: str, *, before: bool) -> int | None:
-    """Episodes of the run's first evaluation before training (``before``) or of its last
-    one after, when ``metric`` is an evaluation's success."""
+def _evaluation(run: RunData, metric: str, *, before: bool) -> dict | None:
+    """The run's last evaluation summary before training (``before``) or after it, when
+    ``metric`` is an evaluation's success."""
     match = _EVAL_SUCCESS.fullmatch(metric)
     if match is None:
         return None
     mine = [
         e for e in run.evals if e["env"] == match[1] and (e["step"] == BEFORE_TRAINING) == before
     ]
-    episodes = mine[-1].get("episodes") if mine else None
-    return episodes if isinstance(episodes, int) and episodes > 0 else None
+    return mine[-1] if mine else None
+
+
+def _measured(value: float | None, evaluation: dict | None) -> Measured:
+    """``value`` with its evaluation's episode count and levels' outcomes, where known."""
+    if evaluation is None:
+        return Measured(value)
+    episodes = evaluation.get("episodes")
+    counted = episodes if isinstance(episodes, int) and episodes > 0 else None
+    outcomes = seed_successes(evaluation)
+    levels = None
+    if outcomes is not None:
+        levels = {"seeds": len(outcomes[0]), "k": outcomes[1], SEED_SUCCESSES: outcomes[0]}
+    return Measured(value, counted, levels)
 
 
 def estimate(values: Sequence[float | None], episodes: Sequence[int | None] = ()) -> Estimate:
@@ -166,6 +189,9 @@ def judge(want: Expectation, rows: dict[str, RowResult]) -> Verdict:
     if high.mean is None or low.mean is None:
         return Verdict(want.higher, want.lower, None, None, None, "not measured")
     difference = high.mean - low.mean
+    paired = _paired(want, rows)
+    if paired is not None:
+        return _verdict(want, difference, *paired)
     if high.se is None or low.se is None:
         return Verdict(
             want.higher,
@@ -175,7 +201,10 @@ def judge(want: Expectation, rows: dict[str, RowResult]) -> Verdict:
             None,
             "untested: no standard error with one seed (run with --seeds 2 or more)",
         )
-    se = math.hypot(high.se, low.se)
+    return _verdict(want, difference, math.hypot(high.se, low.se), None)
+
+
+def _verdict(want: Expectation, difference: float, se: float, levels: int | None) -> Verdict:
     if se == 0:
         z = 0.0 if difference == 0 else math.copysign(math.inf, difference)
     else:
@@ -186,7 +215,36 @@ def judge(want: Expectation, rows: dict[str, RowResult]) -> Verdict:
         outcome = f"the paper's direction, within the noise (under {SIGNIFICANT_Z:g} SE)"
     else:
         outcome = "not reproduced"
-    return Verdict(want.higher, want.lower, difference, se, z, outcome)
+    return Verdict(want.higher, want.lower, difference, se, z, outcome, levels)
+
+
+def _paired(want: Expectation, rows: dict[str, RowResult]) -> tuple[float, int] | None:
+    """(standard error, levels) of the level-by-level comparison of the two sides, where
+    every seed of both recorded its levels' outcomes for the same levels: the paired error,
+    or the seeds' spread where that is wider."""
+    high, low = _seeds_of(want.higher, rows), _seeds_of(want.lower, rows)
+    before = [m.levels for m in low if m.levels is not None and m.value is not None]
+    after = [m.levels for m in high if m.levels is not None and m.value is not None]
+    if len(before) != len(low) or len(after) != len(high):
+        return None  # a seed without its levels' outcomes: the sides are compared as means
+    change = paired_summaries(before, after)
+    if change is None:
+        return None
+    spread = math.hypot(_spread(high), _spread(low))
+    return max(change.se, spread), change.levels
+
+
+def _spread(measured: list[Measured]) -> float:
+    """The standard error of the seeds' mean from their spread (0 with one seed)."""
+    values = [m.value for m in measured if m.value is not None]
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else 0.0
+
+
+def _seeds_of(name: str, rows: dict[str, RowResult]) -> list[Measured]:
+    """Each seed's value an expectation names: a run's end, or with @start its start."""
+    if name.endswith(START):
+        return [s.start for s in rows[name.removesuffix(START)].seeds]
+    return [s.end for s in rows[name].seeds]
 
 
 def _side(name: str, rows: dict[str, RowResult]) -> Estimate:
@@ -253,7 +311,8 @@ def table_markdown(
         elif v.z is None:
             said = f"{v.difference:+.3f}: {v.outcome}"
         else:
-            said = f"{v.difference:+.3f} ± {v.se:.3f} (z {v.z:+.2f}): {v.outcome}"
+            how = "" if v.paired_levels is None else f", level by level on {v.paired_levels} levels"
+            said = f"{v.difference:+.3f} ± {v.se:.3f} (z {v.z:+.2f}{how}): {v.outcome}"
         lines.append(f"- Expected {v.higher} above {v.lower}: {said}.")
     total = sum(s.minutes or 0.0 for r in rows for s in r.seeds)
     lines += ["", f"Wall time of all runs: {total:.1f} min."]

@@ -15,6 +15,7 @@ from ragen import phases
 from ragen.config import Config, TrainerConfig, env_options
 from ragen.monitor.jsonl import RunDirError, append_jsonl
 from ragen.monitor.metrics import action_template
+from ragen.monitor.paired import SEED_SUCCESSES
 from ragen.monitor.rundir import RunDir
 from ragen.rollout.generator import CachedGenerator, Generator, kept_cache_episodes
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
@@ -32,7 +33,9 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
     """Summary numbers of an evaluation; groups are seeds, copies are the k tries of pass@k.
 
     ``success`` is the mean over all episodes; ``pass_at_k`` the share of seeds where at
-    least one of the k copies succeeded (k = copies per seed).
+    least one of the k copies succeeded (k = copies per seed); ``seed_successes`` how many
+    copies of each seed succeeded, in seed order, so that two evaluations of the same seeds
+    can be compared level by level (ragen.monitor.paired).
     """
     if not trajectories:
         raise ValueError("nothing to summarize: no trajectories")
@@ -59,6 +62,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
         "end": {reason: ends.get(reason, 0) / n for reason in END_REASONS},
         "action_template": list(template),
         "action_template_share": share,
+        SEED_SUCCESSES: [int(sum(t.success for t in by_group[g])) for g in sorted(by_group)],
     }
 
 

@@ -1,0 +1,100 @@
+"""Two evaluations of the same levels, compared level by level.
+
+An evaluation plays fixed seeds (the same levels for every model and run), so the difference
+of two success rates can be read level by level: a lake that no policy solves, or one that
+every policy solves, adds nothing to it, and only the levels whose outcome changed carry it.
+Its standard error is that of the mean of the per-level differences, which is smaller than
+that of two independent rates whenever levels keep their outcome (a paired design). An
+evaluation summary holds its levels' outcomes under :data:`SEED_SUCCESSES`: for each seed in
+order, how many of its ``k`` tries succeeded.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeGuard
+
+SEED_SUCCESSES = "seed_successes"
+"""The evaluation summary's key of its levels' successes: a list, one count in [0, k] a seed."""
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def seed_successes(summary: dict) -> tuple[list[int], int] | None:
+    """(successes of each level among its tries, tries per level) of an evaluation summary,
+    or None where it holds none or they do not fit its ``seeds`` and ``k`` (a summary from
+    before the key existed, or a hand-edited line)."""
+    values, k, seeds = summary.get(SEED_SUCCESSES), summary.get("k"), summary.get("seeds")
+    if not (isinstance(values, list) and _count(k) and _count(seeds)) or k == 0:
+        return None
+    if len(values) != seeds or not values or not all(_count(v) and v <= k for v in values):
+        return None
+    return values, k
+
+
+@dataclass(frozen=True)
+class PairedChange:
+    """The mean per-level change of success from one side to the other, with its standard
+    error; ``gained``/``lost``: levels whose success rose or fell."""
+
+    levels: int
+    gained: int
+    lost: int
+    difference: float
+    se: float
+
+    @property
+    def z(self) -> float:
+        """The difference in standard errors; infinite when every level changed alike."""
+        if self.se == 0:
+            return 0.0 if self.difference == 0 else math.copysign(math.inf, self.difference)
+        return self.difference / self.se
+
+
+def paired_change(before: Sequence[float], after: Sequence[float]) -> PairedChange:
+    """The change from ``before`` to ``after``, each a success rate per level (the same
+    levels in the same order): the mean of the per-level differences and the standard error
+    of that mean (sample variance over the levels)."""
+    if len(before) != len(after) or not before:
+        raise ValueError(
+            f"paired levels: {len(before)} before and {len(after)} after; both need the same "
+            "levels, at least one"
+        )
+    changes = [a - b for b, a in zip(before, after, strict=True)]
+    variance = statistics.variance(changes) if len(changes) > 1 else 0.0
+    return PairedChange(
+        levels=len(changes),
+        gained=sum(c > 0 for c in changes),
+        lost=sum(c < 0 for c in changes),
+        difference=statistics.fmean(changes),
+        se=math.sqrt(variance / len(changes)),
+    )
+
+
+def level_rates(summaries: Sequence[dict]) -> list[float] | None:
+    """Each level's success rate over the evaluations ``summaries`` (the seeds of one run,
+    say), or None unless every one holds its levels' successes for the same levels."""
+    read = []
+    for summary in summaries:
+        successes = seed_successes(summary)
+        if successes is None:
+            return None
+        read.append(successes)
+    if not read or len({len(values) for values, _ in read}) != 1:
+        return None
+    rates = [[v / k for v in values] for values, k in read]
+    return [statistics.fmean(level) for level in zip(*rates, strict=True)]
+
+
+def paired_summaries(before: Sequence[dict], after: Sequence[dict]) -> PairedChange | None:
+    """The level-by-level change between two sets of evaluations of the same levels, or None
+    where either side lacks its levels' successes or the levels differ in number."""
+    first, second = level_rates(before), level_rates(after)
+    if first is None or second is None or len(first) != len(second):
+        return None
+    return paired_change(first, second)
