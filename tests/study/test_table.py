@@ -131,15 +131,7 @@ def test_the_markdown_table_holds_the_rows_and_verdicts(tmp_path):
         table.seed_result(_run(tmp_path, "s0", [0.2, 0.6, 0.8, 0.1], alerts=alerts), 0, study, 2.0),
         table.seed_result(_run(tmp_path, "s1", [0.2, 0.4, 0.6, 0.3]), 1, study, 3.0),
     ]
-    row = table.RowResult(
-        "a",
-        "bandit",
-        seeds,
-        table.over_seeds([s.end for s in seeds]),
-        table.over_seeds([s.start for s in seeds]),
-        "21.48%",
-        {},
-    )
+    row = table.row_result("a", "bandit", seeds, "21.48%", [])
     other = _row("b", table.Estimate(0.1, 0.05))
     verdicts = [table.judge(Expectation("a", "b"), {"a": row, "b": other})]
     text = table.table_markdown(study, "cpu", [row, other], verdicts)
@@ -194,15 +186,7 @@ def test_a_run_against_its_start_is_read_level_by_level(tmp_path):
         ),
     ]
     assert seeds[0].end.levels == {"seeds": 8, "k": 1, "seed_successes": [1, 1, 1, 1, 0, 0, 0, 0]}
-    row = table.RowResult(
-        "a",
-        "frozen-lake",
-        seeds,
-        table.over_seeds([s.end for s in seeds]),
-        table.over_seeds([s.start for s in seeds]),
-        None,
-        {},
-    )
+    row = table.row_result("a", "frozen-lake", seeds, None, [])
     verdict = table.judge(Expectation("a", "a@start"), {"a": row})
     # level rates over the two seeds: before 1, .5, 0 x 6; after 1, 1, 1, .5, 0 x 4
     # changes 0, .5, 1, .5, 0 x 4: mean 2/8, sample variance (1.5 - 8/16) / 7 = 1/7

@@ -14,8 +14,8 @@ from ragen.study.spec import PlannedRun, Study, expectations_at
 from ragen.study.table import (
     RowResult,
     judge,
-    over_seeds,
     results_record,
+    row_result,
     seed_result,
     table_markdown,
 )
@@ -42,17 +42,7 @@ def rows_of(
         if not mine:  # not part of this scale
             continue
         seeds = [seed_result(loaded[p.root], p.seed, study, state.minutes(p)) for p in mine]
-        rows.append(
-            RowResult(
-                name=run.name,
-                preset=mine[0].preset,
-                seeds=seeds,
-                end=over_seeds([s.end for s in seeds]),
-                start=over_seeds([s.start for s in seeds]),
-                paper=run.paper,
-                columns={c: over_seeds([s.columns[c] for s in seeds]) for c in study.columns},
-            )
-        )
+        rows.append(row_result(run.name, mine[0].preset, seeds, run.paper, study.columns))
     return rows
 
 

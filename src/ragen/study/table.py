@@ -99,6 +99,21 @@ class Verdict:
     """The levels the two sides were compared on one by one; None: as independent means."""
 
 
+def row_result(
+    name: str, preset: str, seeds: list[SeedResult], paper: str | None, columns: Sequence[str]
+) -> RowResult:
+    """One run of the study over its ``seeds``: its end, start and ``columns`` over them."""
+    return RowResult(
+        name=name,
+        preset=preset,
+        seeds=seeds,
+        end=over_seeds([s.end for s in seeds]),
+        start=over_seeds([s.start for s in seeds]),
+        paper=paper,
+        columns={c: over_seeds([s.columns[c] for s in seeds]) for c in columns},
+    )
+
+
 def seed_result(run: RunData, seed: int, study: Study, minutes: float | None) -> SeedResult:
     """The figures of one run directory for the study's metric and columns."""
     start, end, peak = ends_of(run, study.metric, study.tail)
