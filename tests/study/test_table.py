@@ -136,7 +136,7 @@ def test_the_markdown_table_holds_the_rows_and_verdicts(tmp_path):
     verdicts = [table.judge(Expectation("a", "b"), {"a": row, "b": other})]
     text = table.table_markdown(study, "cpu", [row, other], verdicts)
     # end 0.2 ± stdev(0.1, 0.3)/sqrt(2) = 0.1; peak mean (0.8 + 0.6)/2
-    cells = "| a | `bandit` | 2 | 0.200 ± 0.000 | 0.200 ± 0.100 | 0.700 | 1/2 (steps 3) "
+    cells = "| a | `bandit` | 2 | 4, 4 | 0.200 ± 0.000 | 0.200 ± 0.100 | 0.700 | 1/2 (steps 3) "
     assert cells + "| 1/2 (steps 1) | 5.0 min | 21.48% |" in text
     assert "- Expected a above b: +0.100 ± 0.112 (z +0.89): the paper's direction" in text
 

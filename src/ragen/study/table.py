@@ -296,10 +296,10 @@ def table_markdown(
         f"`{study.metric}` at the end of each run (mean of its last {study.tail} logged "
         "value(s)), averaged over the seeds:",
         "",
-        "| run | preset | seeds | start | end (mean ± SE) | peak | "
+        "| run | preset | seeds | steps | start | end (mean ± SE) | peak | "
         + "".join(f"{c} | " for c in study.columns)
         + "collapsed | first warning | wall time | paper |",
-        "|---" * (10 + len(study.columns)) + "|",
+        "|---" * (11 + len(study.columns)) + "|",
     ]
     for row in rows:
         peaks = [s.peak for s in row.seeds if s.peak is not None]
@@ -308,6 +308,7 @@ def table_markdown(
             row.name,
             f"`{row.preset}`",
             str(len(row.seeds)),
+            ", ".join(str(s.steps) for s in row.seeds),  # a time cap can end a run early
             _shown(row.start),
             _shown(row.end),
             _num(statistics.fmean(peaks)) if peaks else "—",
