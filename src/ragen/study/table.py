@@ -167,35 +167,27 @@ def _measured(value: float | None, evaluation: dict | None) -> Measured:
         return Measured(value)
     episodes = evaluation.get("episodes")
     counted = episodes if isinstance(episodes, int) and episodes > 0 else None
-    outcomes = seed_successes(evaluation)
     levels = None
-    if outcomes is not None:
-        levels = {"seeds": len(outcomes[0]), "k": outcomes[1], SEED_SUCCESSES: outcomes[0]}
+    if seed_successes(evaluation) is not None:  # the keys the paired comparison reads
+        levels = {key: evaluation[key] for key in ("seeds", "k", SEED_SUCCESSES)}
     return Measured(value, counted, levels)
 
 
-def estimate(values: Sequence[float | None], episodes: Sequence[int | None] = ()) -> Estimate:
-    """The mean of the seeds' values (those measured) and its standard error (see the
-    module's docstring); ``episodes`` holds each value's evaluation episodes, when known."""
-    known = [v for v in values if v is not None]
-    if not known:
-        return Estimate(None, None)
-    mean = statistics.fmean(known)
-    spread = statistics.stdev(known) / math.sqrt(len(known)) if len(known) >= 2 else None
-    counted = [n for v, n in zip(values, episodes, strict=False) if v is not None and n]
-    binomial = None
-    if len(counted) == len(known) and 0.0 <= mean <= 1.0:
-        # Each value is a success rate over its own episodes: the mean's binomial variance
-        # is the sum of each one's over the number of seeds squared.
-        binomial = math.sqrt(mean * (1 - mean) * sum(1 / n for n in counted)) / len(known)
-    if spread is None or binomial is None:
-        return Estimate(mean, spread if binomial is None else binomial)
-    return Estimate(mean, max(spread, binomial))
-
-
 def over_seeds(measured: Sequence[Measured]) -> Estimate:
-    """One value of a run (its end, start or a column) over its seeds."""
-    return estimate([m.value for m in measured], [m.episodes for m in measured])
+    """One value of a run (its end, start or a column) over its seeds: the mean of those
+    measured and its standard error (see the module's docstring)."""
+    values = [m.value for m in measured if m.value is not None]
+    if not values:
+        return Estimate(None, None)
+    mean = statistics.fmean(values)
+    spread = _spread(measured)
+    counted = [m.episodes for m in measured if m.value is not None and m.episodes]
+    if len(counted) < len(values) or not 0.0 <= mean <= 1.0:
+        return Estimate(mean, spread)
+    # Each value is a success rate over its own episodes: the mean's binomial variance is
+    # the sum of each one's over the number of seeds squared.
+    binomial = math.sqrt(mean * (1 - mean) * sum(1 / n for n in counted)) / len(values)
+    return Estimate(mean, binomial if spread is None else max(spread, binomial))
 
 
 def judge(want: Expectation, rows: dict[str, RowResult]) -> Verdict:
@@ -245,14 +237,14 @@ def _paired(want: Expectation, rows: dict[str, RowResult]) -> tuple[float, int] 
     change = paired_summaries(before, after)
     if change is None:
         return None
-    spread = math.hypot(_spread(high), _spread(low))
+    spread = math.hypot(_spread(high) or 0.0, _spread(low) or 0.0)
     return max(change.se, spread), change.levels
 
 
-def _spread(measured: list[Measured]) -> float:
-    """The standard error of the seeds' mean from their spread (0 with one seed)."""
+def _spread(measured: Sequence[Measured]) -> float | None:
+    """The standard error of the seeds' mean from their spread; None with under two values."""
     values = [m.value for m in measured if m.value is not None]
-    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else 0.0
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else None
 
 
 def _seeds_of(name: str, rows: dict[str, RowResult]) -> list[Measured]:
