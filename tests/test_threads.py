@@ -79,3 +79,93 @@ def test_a_core_busy_in_every_sample_is_left_to_its_job(monkeypatch):
     assert threads.choose(0)[0] == 1 and len(reads) == 1 + threads.SAMPLES
     quiet = _machine(monkeypatch, [0.0])
     assert threads.choose(0)[0] == 2 and len(quiet) == 1 + 1  # a quiet machine: one sample
+
+
+def test_busy_elsewhere_takes_this_process_own_time_out():
+    # 400 jiffies over 2 cores, 300 busy, 200 of them this process's: half a core elsewhere
+    assert threads.busy_elsewhere((0, 0), (300, 400), 200.0, cores=2) == 0.5
+    assert threads.busy_elsewhere((0, 0), (400, 400), 400.0, cores=2) == 0.0  # all ours
+    # the process's clock and /proc/stat tick apart: never below zero
+    assert threads.busy_elsewhere((0, 0), (100, 400), 120.0, cores=2) == 0.0
+
+
+class _Clock:
+    """A 2-core machine whose steps last 10 s (1,000 jiffies a core at 100 Hz): each
+    ``step(ours, others)`` adds the cores this process and other processes kept busy."""
+
+    def __init__(self, monkeypatch):
+        self.jiffies, self.busy, self.own_s, self.now = 0, 0, 0.0, 0.0
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+        monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
+        monkeypatch.setattr(threads.os, "sysconf", lambda name: 100)
+        monkeypatch.setattr(threads, "cpu_times", lambda: (self.busy, self.jiffies))
+        monkeypatch.setattr(threads.time, "process_time", lambda: self.own_s)
+        monkeypatch.setattr(threads.time, "monotonic", lambda: self.now)
+
+    def step(self, ours: float, others: float, seconds: float = 10.0) -> None:
+        self.now += seconds
+        self.own_s += ours * seconds
+        self.jiffies += round(2 * 100 * seconds)
+        self.busy += round((ours + others) * 100 * seconds)
+
+
+@pytest.fixture
+def keep_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("keep_threads")
+def test_the_follower_gives_a_core_up_to_a_new_job_and_takes_it_back(monkeypatch):
+    clock, said = _Clock(monkeypatch), []
+    torch.set_num_threads(2)
+    follow = threads.Follower(0, say=said.append)
+    clock.step(ours=2.0, others=0.0)  # the machine to itself: both cores ours
+    assert follow() == 2 and said == []
+    clock.step(ours=1.0, others=1.0)  # a job started on the other core
+    assert follow() == 1 == torch.get_num_threads()
+    assert said == [
+        "torch threads: 2 -> 1 (1.0 of 2 cores busy elsewhere since the last step; "
+        "trainer.threads=N sets it)"
+    ]
+    clock.step(ours=1.0, others=1.0)  # it still runs: one thread stays
+    assert follow() == 1 and len(said) == 1
+    clock.step(ours=1.0, others=0.2)  # it ended early in the step
+    assert follow() == 2 == torch.get_num_threads() and said[-1].startswith("torch threads: 1 -> 2")
+
+
+@pytest.mark.usefixtures("keep_threads")
+def test_the_follower_gives_back_the_count_it_found(monkeypatch):
+    clock = _Clock(monkeypatch)
+    torch.set_num_threads(2)
+    with threads.Follower(0, say=lambda line: None) as follow:
+        clock.step(ours=1.0, others=1.0)
+        assert follow() == 1
+    assert torch.get_num_threads() == 2
+
+
+@pytest.mark.usefixtures("keep_threads")
+def test_the_follower_waits_for_a_window_long_enough_to_judge(monkeypatch):
+    clock = _Clock(monkeypatch)
+    torch.set_num_threads(2)
+    follow = threads.Follower(0, say=lambda line: None)
+    for _ in range(4):  # four 1-second steps beside a busy core: too short, then judged
+        clock.step(ours=1.0, others=1.0, seconds=1.0)
+        assert follow() == 2
+    clock.step(ours=1.0, others=1.0, seconds=1.0)  # 5 s since the start: the whole window
+    assert follow() == 1
+
+
+@pytest.mark.usefixtures("keep_threads")
+def test_a_set_thread_count_is_never_followed(monkeypatch):
+    clock, said = _Clock(monkeypatch), []
+    torch.set_num_threads(2)
+    pinned = threads.Follower(2, say=said.append)
+    clock.step(ours=1.0, others=1.0)
+    assert pinned() == 2 and said == []
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    from_env = threads.Follower(0, say=said.append)
+    clock.step(ours=1.0, others=1.0)
+    assert from_env() == 2 and said == []

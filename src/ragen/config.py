@@ -284,7 +284,8 @@ class TrainerConfig:
     device: str = "auto"
     """cpu, cuda, cuda:N (N from 0 to 127), or auto (cuda when available)."""
     threads: int = opt(0, ge=0, le=1024)
-    """torch threads on the CPU; 0: the cores no other process keeps busy when the run starts
+    """torch threads on the CPU; 0: the cores no other process keeps busy when the run starts,
+    then before each step the cores other processes left free during the last one
     (OMP_NUM_THREADS when it is set). Two threads while another process holds a core run
     every op about 10x slower than one."""
     parallel: Literal["ddp", "fsdp"] = "ddp"

@@ -6,8 +6,12 @@ that shares its core. ``trainer.threads=0`` (auto) samples ``/proc/stat`` for a 
 the cores another process keeps busy (sampling again, up to ``SAMPLES`` times, while a core
 looks busy: see there), and takes the rest of the cores this process may run on, at least
 one. ``OMP_NUM_THREADS``, when set, is the user's own choice and wins (torchrun
-sets it to 1 when it starts several processes on a machine). The sample is taken once, at the
-start: a job started later on the other core still slows the run.
+sets it to 1 when it starts several processes on a machine). Between training steps the
+count follows the machine (``Follower``): what other processes ran during the last step,
+this process's own CPU time taken out of the machine's, decides the next step's threads, so
+a run started beside a job takes the second core back when the job ends, and gives it up
+when one starts. On the machines measured a step's numbers do not depend on the thread count
+(the same logits and gradients, bit for bit, at 1 and 2 threads); ``trainer.threads=N`` pins it.
 """
 
 from __future__ import annotations
@@ -54,14 +58,25 @@ def free_threads(busy: float, cores: int, allowed: int) -> int:
     return max(1, min(allowed, cores - round(busy)))
 
 
+def _omp_threads() -> int:
+    """OMP_NUM_THREADS when it is set to a positive count, else 0."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() else 0
+
+
+def _allowed(cores: int) -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+
+
 def choose(setting: int) -> tuple[int, str]:
     """(threads, why) for ``trainer.threads`` = ``setting`` (0: auto)."""
     if setting > 0:
         return setting, "trainer.threads"
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]):
-        return int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    if _omp_threads():
+        return _omp_threads(), "OMP_NUM_THREADS"
     cores = os.cpu_count() or 1
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    allowed = _allowed(cores)
     before = cpu_times()
     if before is None:
         return allowed, f"{allowed} cores"
@@ -77,6 +92,60 @@ def choose(setting: int) -> tuple[int, str]:
     threads = free_threads(busy, cores, allowed)
     why = f"{busy:.1f} of {cores} cores busy at the start; trainer.threads=N sets it"
     return threads, why
+
+
+def busy_elsewhere(
+    before: tuple[int, int], after: tuple[int, int], own_jiffies: float, cores: int
+) -> float:
+    """Cores other processes kept busy on average between two ``cpu_times`` samples, during
+    which this process ran ``own_jiffies`` of CPU time (all its threads)."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return cores * max(0.0, busy - own_jiffies) / total if total > 0 else 0.0
+
+
+FOLLOW_MIN_S = 5.0
+"""The shortest window the follower judges: a shorter one (a tiny model's step) is too few
+jiffies to tell a busy core from noise, so it waits for more."""
+
+
+class Follower:
+    """With ``trainer.threads=0`` and no OMP_NUM_THREADS, sets torch's thread count before
+    each step to the cores that other processes left free since the last call. Used as a
+    context, it gives torch back the count it found when the context ends."""
+
+    def __init__(self, setting: int, say=print):
+        self.say = say
+        self.found = torch.get_num_threads()
+        self.cores = os.cpu_count() or 1
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        first = cpu_times()
+        self.active = setting == 0 and not _omp_threads() and first is not None
+        self.mark = (first, time.process_time(), time.monotonic())
+
+    def __call__(self) -> int:
+        """The thread count for the next step (changed and said when the machine changed)."""
+        threads = torch.get_num_threads()
+        times, own, started = self.mark
+        if not self.active or time.monotonic() - started < FOLLOW_MIN_S:
+            return threads
+        now = cpu_times()
+        assert now is not None and times is not None  # active: /proc/stat was read
+        self.mark = (now, time.process_time(), time.monotonic())
+        elsewhere = busy_elsewhere(times, now, (self.mark[1] - own) * self.tick, self.cores)
+        wanted = free_threads(elsewhere, self.cores, _allowed(self.cores))
+        if wanted != threads:
+            self.say(
+                f"torch threads: {threads} -> {wanted} ({elsewhere:.1f} of {self.cores} cores "
+                "busy elsewhere since the last step; trainer.threads=N sets it)"
+            )
+            torch.set_num_threads(wanted)
+        return wanted
+
+    def __enter__(self) -> Follower:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.set_num_threads(self.found)
 
 
 @contextmanager

@@ -80,6 +80,7 @@ def test_training_changes_weights_and_writes_the_run(tmp_path):
         "time/rollout_s",
         "time/update_s",
         "perf/train_tokens_per_s",
+        "perf/threads",
         "rollout/end_truncated_reply_length",
     ):
         assert key in records[0], key

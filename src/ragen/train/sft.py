@@ -181,6 +181,7 @@ class SftTrainer(Trainer):
             "sft/expert_success": sum(d.success for d in dialogues) / len(dialogues),
             "sft/turns_mean": sum(len(d.turns) for d in dialogues) / len(dialogues),
             "sft/lr": c.sft.lr,
+            "perf/threads": float(torch.get_num_threads()),
         }
         started = time.perf_counter()
         batch = self.batch(dialogues)

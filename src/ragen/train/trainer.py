@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ragen import models, phases
+from ragen import models, phases, threads
 from ragen.algos import Coefficients, estimate, select_groups, whiten
 from ragen.config import ROW_BY_ROW, AlgoConfig, Config, ConfigError, import_estimator, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
@@ -283,12 +283,22 @@ class Trainer:
                 unit="step",
                 disable=not (self.config.logging.progress and main),
             ) as bar,
+            self.thread_follower() as follow,
         ):
             for step in range(self.start_step, self.steps):
+                follow()
                 bar.set_postfix(self.progress(self.step(step, log)))
                 bar.update(1)
                 if self.stopped_at is not None:
                     break
+
+    def thread_follower(self) -> threads.Follower:
+        """What sets torch's threads before each step (``threads.Follower``). It counts only
+        this process's CPU time as its own, so with a vLLM backend, whose engine runs in
+        processes of its own, it keeps the count it started with."""
+        setting = self.config.trainer.threads
+        in_process = self.config.rollout.backend in ("hf", "naive")
+        return threads.Follower(setting if in_process else torch.get_num_threads(), say=say)
 
     def progress(self, metrics: dict[str, float]) -> dict[str, str]:
         """What the progress bar shows of a step's metrics."""
@@ -314,6 +324,7 @@ class Trainer:
         started = time.perf_counter()
         trajectories = self.collect(step)
         metrics["time/rollout_s"] = time.perf_counter() - started
+        metrics["perf/threads"] = float(torch.get_num_threads())  # what the step's time ran on
         metrics.update(rollout_metrics(trajectories))
         metrics.update(diversity_metrics(trajectories))
         kept, filter_metrics = self.filter(trajectories)
