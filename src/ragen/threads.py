@@ -10,8 +10,10 @@ sets it to 1 when it starts several processes on a machine). Between training st
 count follows the machine (``Follower``): what other processes ran during the last step,
 this process's own CPU time taken out of the machine's, decides the next step's threads, so
 a run started beside a job takes the second core back when the job ends, and gives it up
-when one starts. On the machines measured a step's numbers do not depend on the thread count
-(the same logits and gradients, bit for bit, at 1 and 2 threads); ``trainer.threads=N`` pins it.
+when one starts. On the 2-core Zen 5 the embedded model's logits and gradients came out bit
+for bit the same at 1 and 2 threads (float32, bf16 autocast, bf16 decode steps); on a machine
+where they do not, a run's numbers depend on the load it met, and ``trainer.threads=N`` pins
+the count.
 """
 
 from __future__ import annotations
