@@ -554,7 +554,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         return value
     if origin in (Union, types.UnionType):
         inner = next(a for a in get_args(tp) if a is not type(None))
-        return None if value is None else _coerce(inner, value, key)
+        return None if value is None else _coerce_item(inner, value, key)
     if origin is list:
         if not isinstance(value, list):
             raise bad

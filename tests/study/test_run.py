@@ -3,9 +3,11 @@ study resumed redoes nothing it finished, continues its run from the checkpoint,
 refuses a changed plan."""
 
 import json
+import shutil
 
 import pytest
 
+from ragen import config
 from ragen.cli import main
 from ragen.monitor.jsonl import read_jsonl
 from ragen.study import outputs, runner, spec
@@ -46,7 +48,7 @@ def in_process(calls):
 
     def launch(run, resume):
         calls.append((run.name, resume))
-        return main(runner.train_command(run, resume))
+        return main(runner.command_line(run, resume))
 
     return launch
 
@@ -161,3 +163,50 @@ def test_a_damaged_study_record_is_refused_not_overwritten(tmp_path, study_file,
     with pytest.raises(runner.StudyError, match=r"study\.json is unreadable"):
         runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
     assert calls == [] and (out / runner.STATE_FILE).read_text() == text
+
+
+WARM_STUDY = f"""\
+# one tiny run from a warm start
+title: warm
+finding: imitation first
+paper: none
+scales:
+  cpu:
+    warm_start:
+      preset: bandit
+      overrides: [model.spec=tiny, sft.steps=1, sft.dialogues=4, sft.micro_batch_size=2,
+                  logging.progress=false, trainer.eval_every=0, trainer.eval_episodes=2]
+    overrides: {TINY.replace("model.spec=tiny, ", "").replace("trainer.steps=2", "trainer.steps=1")}
+runs:
+  - {{name: rl, preset: bandit}}
+"""
+
+
+def test_the_runs_of_a_warm_started_study_start_from_its_last_checkpoint(tmp_path):
+    path = tmp_path / "warm.yaml"
+    path.write_text(WARM_STUDY)
+    study, out = spec.load_study(str(path)), tmp_path / "out"
+    planned = spec.plan(study, "cpu", 1, out)
+    calls = []
+    state = runner.run_all(planned, out, study="warm", scale="cpu", launch=in_process(calls))
+    assert calls == [("warm-start", False), ("rl", False)]
+    assert {k: v["status"] for k, v in state.data["runs"].items()} == {
+        "warm-start/seed-0": "done",
+        "rl/seed-0": "done",
+    }
+    checkpoint = out / "warm-start" / "seed-0" / "checkpoints" / "step_000001"
+    assert (checkpoint / "config.json").is_file()  # kept: the runs start from it
+    assert not (out / "rl" / "seed-0" / "checkpoints").exists()
+    assert config.load(str(out / "rl" / "seed-0" / "config.yaml")).model.spec == str(checkpoint)
+    outputs.write_outputs(study, "cpu", planned, state, out)
+    result = json.loads((out / outputs.RESULTS_FILE).read_text())
+    assert [row["name"] for row in result["runs"]] == ["rl"]  # the fine-tuning is no row
+
+    # a warm start that lost its checkpoint is not started from
+    (out / "rl" / "seed-0").rename(out / "rl-aside")
+    del state.data["runs"]["rl/seed-0"]
+    (out / runner.STATE_FILE).write_text(json.dumps(state.data))
+    shutil.rmtree(checkpoint)
+    with pytest.raises(runner.StudyError, match=r"rl seed 0 starts from .*step_000001, which is"):
+        runner.run_all(planned, out, study="warm", scale="cpu", launch=in_process(calls))
+    assert len(calls) == 2

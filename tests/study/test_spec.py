@@ -8,7 +8,7 @@ import pytest
 from ragen import config
 from ragen.cli import main
 from ragen.config import ConfigError
-from ragen.study import spec
+from ragen.study import runner, spec
 
 
 @pytest.mark.parametrize("name", spec.study_names())
@@ -92,6 +92,41 @@ def test_a_plan_orders_overrides_and_seeds(tmp_path):
     assert (cfg.trainer.steps, cfg.algo.kl_coef, cfg.trainer.seed) == (5, 0.001, 0)
 
 
+def test_a_warm_start_fine_tunes_each_seed_before_its_runs_which_start_from_it(tmp_path):
+    warm = "warm_start: {preset: frozen-lake, overrides: [sft.steps=4]}"
+    text = BASE.replace("  cpu: {seeds: 2,", f"  cpu:\n    {warm}\n    seeds: 2\n   ").replace(
+        "overrides: [trainer.steps=3]}", "overrides: [trainer.steps=3]"
+    )
+    study = spec.load_study(_write(tmp_path, text))
+    out = tmp_path / "out"
+    planned = spec.plan(study, "cpu", 2, out, ("model.spec=tiny",))
+    assert [(p.name, p.seed, p.command) for p in planned] == [
+        ("warm-start", 0, "sft"),
+        ("a", 0, "train"),
+        ("b", 0, "train"),
+        ("warm-start", 1, "sft"),
+        ("a", 1, "train"),
+        ("b", 1, "train"),
+    ]
+    warm = planned[3]
+    assert warm.overrides == ("sft.steps=4", "model.spec=tiny", "trainer.seed=1")
+    assert runner.command_line(warm, resume=False) == [
+        "sft", "frozen-lake", "--preset", "frozen-lake", *warm.overrides,
+        "--out", str(out / "warm-start" / "seed-1"),
+    ]  # fmt: skip
+    # a run is judged with the model its warm start fine-tunes, and launched from its last step
+    checkpoint = out / "warm-start" / "seed-1" / "checkpoints" / "step_000004"
+    assert planned[4].warm_from == checkpoint and "model.spec=tiny" in planned[4].overrides
+    assert runner.command_line(planned[4], resume=False)[-3:] == [
+        f"model.spec={checkpoint}",
+        "--out",
+        str(out / "a" / "seed-1"),
+    ]
+    resumed = ["train", "--resume", str(planned[4].root)]
+    assert runner.command_line(planned[4], resume=True) == resumed
+    assert [p.name for p in spec.plan(study, "paper", 1, out)] == ["a"]  # the paper scale has none
+
+
 def test_a_preset_file_is_read_from_the_study_files_folder(tmp_path):
     (tmp_path / "presets").mkdir()
     for name in ("p.yaml", "p-gpu.yaml"):
@@ -116,6 +151,15 @@ def test_a_preset_file_is_read_from_the_study_files_folder(tmp_path):
         (("seeds: 2", "seeds: 0"), "scales.cpu.seeds=0 is out of range"),
         (("at_scales: [cpu]", "at_scales: [gpu]"), "run b: at_scales names 'gpu'"),
         (("runs:\n", "runs: []\nold_runs:\n"), "unknown key 'old_runs'"),
+        (("{name: b,", "{name: warm-start,"), "run name 'warm-start' must be a folder name"),
+        (
+            ("seeds: 2,", "seeds: 2, warm_start: {preset: bandit, overrides: [sft.stps=1]},"),
+            "unknown key 'sft.stps'",
+        ),
+        (
+            ("steps=3]}", "steps=3, model.spec=tiny], warm_start: {preset: bandit}}"),
+            "scale cpu: its runs start from the warm start's checkpoint; set model.spec in warm",
+        ),
     ],
 )
 def test_a_bad_study_file_is_refused_naming_the_file(tmp_path, change, message):
@@ -163,3 +207,15 @@ def test_the_guides_example_study_file_is_valid(tmp_path):
     study = spec.load_study(_write(tmp_path, example))
     assert [r.name for r in study.runs] == ["keep-1.0", "keep-0.25"]
     assert len(spec.plan(study, "cpu", study.scales["cpu"].seeds, tmp_path)) == 4
+
+
+def test_the_guides_warm_start_example_is_valid(tmp_path):
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
+    section = guide.read_text().split("**A warm start.**", 1)[1]
+    scales = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    text = f"title: t\nfinding: f\npaper: p\n{scales}runs:\n  - {{name: a, preset: frozen-lake}}\n"
+    study = spec.load_study(_write(tmp_path, text))
+    warm, run = spec.plan(study, "cpu", 1, tmp_path)[:2]
+    cfg = config.load(warm.preset, list(warm.overrides))
+    assert (warm.env, cfg.sft.lake_expert, cfg.sft.steps) == ("frozen-lake", "toward", 4)
+    assert run.warm_from == tmp_path / "warm-start" / "seed-0" / "checkpoints" / "step_000004"

@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """List, plan or run a study. Bad input raises ConfigError or RunDirError (the caller
     prints it and exits 2); a run that fails ends the study with exit status 1."""
-    from ragen.study.runner import StudyError, run_all, train_command
+    from ragen.study.runner import StudyError, command_line, run_all
 
     if args.name == "list":
         return _list()
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         check_planned(planned, args.scale)  # the study's own were judged as it loaded
     if args.plan:
         for p in planned:
-            print(shlex.join(["ragen", *train_command(p, resume=False)]))
+            print(shlex.join(["ragen", *command_line(p, resume=False)]))
         print(f"{len(planned)} runs of {key} at scale {args.scale} in {out}")
         return 0
     try:

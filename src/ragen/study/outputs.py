@@ -10,7 +10,7 @@ from ragen.monitor.jsonl import to_json_line, write_atomic
 from ragen.monitor.report import DEFAULT_SMOOTHING, RunData, load_run, write_report_of
 from ragen.study.aligned import write_aligned
 from ragen.study.runner import StudyState
-from ragen.study.spec import PlannedRun, Study, expectations_at
+from ragen.study.spec import TRAIN, PlannedRun, Study, expectations_at
 from ragen.study.table import (
     RowResult,
     judge,
@@ -49,7 +49,9 @@ def rows_of(
 def write_outputs(
     study: Study, scale: str, planned: list[PlannedRun], state: StudyState, out: Path
 ) -> StudyOutputs:
-    """Write the report, table.md and results.json of a study whose runs have all ended."""
+    """Write the report, table.md and results.json of a study whose runs have all ended
+    (its warm starts, fine-tunings rather than runs it compares, left out)."""
+    planned = [p for p in planned if p.command == TRAIN]
     runs = [load_run(p.root) for p in planned]  # read once: the report, plot and table share them
     report = write_report_of(runs, out / REPORT_DIR)
     files = list(report.files)

@@ -9,7 +9,8 @@ would otherwise mix two configurations.
 
 A finished run's checkpoints are removed unless asked to keep them: the study reads only
 its logs, and at CPU scale one run's checkpoints (model, critic and their optimiser states)
-take 1.5-6 GB, so a few studies filled this machine's disk.
+take 1.5-6 GB, so a few studies filled this machine's disk. A warm start's are kept: the
+runs of its seed start from its last one.
 
 Each run is its own process (`python -m ragen train`), so a run that dies (out of memory,
 a bad level) takes nothing else with it, and the study stops at it, saying how to go on.
@@ -30,7 +31,7 @@ from pathlib import Path
 from ragen.monitor.jsonl import write_atomic
 from ragen.monitor.rundir import RunDir
 from ragen.monitor.runlock import hold
-from ragen.study.spec import PlannedRun
+from ragen.study.spec import SFT, TRAIN, PlannedRun
 from ragen.train.checkpoint import complete_checkpoints
 
 STATE_FILE = "study.json"
@@ -42,16 +43,18 @@ class StudyError(RuntimeError):
     """A study that cannot go on; the message says why and what to do."""
 
 
-def train_command(run: PlannedRun, resume: bool) -> list[str]:
-    """The `ragen train` argument list of ``run``: a new run, or the resume of its folder."""
+def command_line(run: PlannedRun, resume: bool) -> list[str]:
+    """The `ragen` argument list of ``run`` (`train`, or `sft` for a warm start): a new
+    run, or the resume of its folder."""
     if resume:
-        return ["train", "--resume", str(run.root)]
-    return ["train", run.preset, *run.overrides, "--out", str(run.root)]
+        return [run.command, "--resume", str(run.root)]
+    head = [TRAIN, run.preset] if run.command == TRAIN else [SFT, run.env, "--preset", run.preset]
+    return [*head, *run.launch_overrides(), "--out", str(run.root)]
 
 
 def launch_process(run: PlannedRun, resume: bool) -> int:
     """Run ``run`` as its own process of this Python; its output goes to the terminal."""
-    command = [sys.executable, "-m", "ragen", *train_command(run, resume)]
+    command = [sys.executable, "-m", "ragen", *command_line(run, resume)]
     return subprocess.run(command, check=False).returncode
 
 
@@ -148,9 +151,11 @@ def run_all(
                 say(f"{head}: done before, kept ({run.root})")
                 continue
             resume = bool(complete_checkpoints(RunDir(run.root)))
+            if run.warm_from is not None and not resume:
+                _check_warm_start(run)
             if run.root.exists() and not resume:
                 say(f"{head}: {run.root} has no checkpoint; set aside as {set_aside(run.root)}")
-            say(f"{head}: {shlex.join(['ragen', *train_command(run, resume)])}")
+            say(f"{head}: {shlex.join(['ragen', *command_line(run, resume)])}")
             before = state.minutes(run) or 0.0
             state.mark(run, "running")
             started = time.monotonic()
@@ -167,9 +172,22 @@ def run_all(
                     "command again to go on from this run"
                 )
             state.mark(run, "done")
-            if not keep_checkpoints:
+            if not keep_checkpoints and run.command != SFT:  # the runs start from a warm start's
                 _drop_checkpoints(RunDir(run.root), say)
     return state
+
+
+def _check_warm_start(run: PlannedRun) -> None:
+    """Refuse to start ``run`` when its warm start's last checkpoint is not there."""
+    assert run.warm_from is not None
+    if not (run.warm_from / "config.json").is_file():
+        warm = run.warm_from.parent.parent
+        raise StudyError(
+            f"{run.label} starts from {run.warm_from}, which is not there: its warm start "
+            f"({warm}) ended before its last step (trainer.max_minutes?) or lost its "
+            "checkpoints; move that folder aside, remove its entry from "
+            f"{STATE_FILE}, and run the same `ragen study` command again to redo it"
+        )
 
 
 def _drop_checkpoints(run: RunDir, say: Callable[[str], None]) -> None:
