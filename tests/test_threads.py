@@ -159,12 +159,15 @@ def test_the_follower_waits_for_a_window_long_enough_to_judge(monkeypatch):
 
 
 @pytest.mark.usefixtures("keep_threads")
-def test_a_set_thread_count_is_never_followed(monkeypatch):
+def test_a_set_thread_count_or_a_run_with_an_engine_is_never_followed(monkeypatch):
     clock, said = _Clock(monkeypatch), []
     torch.set_num_threads(2)
     pinned = threads.Follower(2, say=said.append)
     clock.step(ours=1.0, others=1.0)
     assert pinned() == 2 and said == []
+    engine = threads.Follower(0, say=said.append, whole_run=False)  # a vLLM engine's run
+    clock.step(ours=1.0, others=1.0)
+    assert engine() == 2 and said == []
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     from_env = threads.Follower(0, say=said.append)
     clock.step(ours=1.0, others=1.0)

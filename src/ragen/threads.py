@@ -113,15 +113,18 @@ jiffies to tell a busy core from noise, so it waits for more."""
 class Follower:
     """With ``trainer.threads=0`` and no OMP_NUM_THREADS, sets torch's thread count before
     each step to the cores that other processes left free since the last call. Used as a
-    context, it gives torch back the count it found when the context ends."""
+    context, it gives torch back the count it found when the context ends.
 
-    def __init__(self, setting: int, say=print):
+    ``whole_run`` is False when the run also computes in processes of its own (a vLLM
+    engine): their CPU time would read as another job's, so the count stays."""
+
+    def __init__(self, setting: int, say=print, *, whole_run: bool = True):
         self.say = say
         self.found = torch.get_num_threads()
         self.cores = os.cpu_count() or 1
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         first = cpu_times()
-        self.active = setting == 0 and not _omp_threads() and first is not None
+        self.active = setting == 0 and whole_run and not _omp_threads() and first is not None
         self.mark = (first, time.process_time(), time.monotonic())
 
     def __call__(self) -> int:

@@ -293,12 +293,10 @@ class Trainer:
                     break
 
     def thread_follower(self) -> threads.Follower:
-        """What sets torch's threads before each step (``threads.Follower``). It counts only
-        this process's CPU time as its own, so with a vLLM backend, whose engine runs in
-        processes of its own, it keeps the count it started with."""
-        setting = self.config.trainer.threads
-        in_process = self.config.rollout.backend in ("hf", "naive")
-        return threads.Follower(setting if in_process else torch.get_num_threads(), say=say)
+        """What sets torch's threads before each step (``threads.Follower``); a backend
+        that samples with this process's model keeps the whole run in this process."""
+        whole_run = self.config.rollout.backend in COPYING_BACKENDS
+        return threads.Follower(self.config.trainer.threads, say=say, whole_run=whole_run)
 
     def progress(self, metrics: dict[str, float]) -> dict[str, str]:
         """What the progress bar shows of a step's metrics."""
