@@ -296,6 +296,8 @@ def test_a_billion_laughs_preset_is_refused_in_one_short_line(tmp_path, capsys):
         ("env: {options: {x: " + "[" * 100 + "]" * 100 + "}}\n", "deeper than 64 levels"),
         ("trainer: {seed: " + "9" * 5000 + "}\n", "not valid YAML: Exceeds the limit"),
         ("env:\n  options:\n    x: " + "[" * 5000 + "]" * 5000 + "\n", "not valid YAML"),
+        ("trainer: {seed: 1}\ntrainer: {steps: 2}\n", "key 'trainer' appears twice in one "),
+        ("trainer:\n  seed: 1\n  seed: 2\n", r"key 'seed' appears twice in one mapping \(line 3\)"),
     ],
 )
 def test_yaml_that_cannot_make_a_config_is_refused_in_one_line(tmp_path, text, message):
@@ -304,6 +306,11 @@ def test_yaml_that_cannot_make_a_config_is_refused_in_one_line(tmp_path, text, m
     with pytest.raises(ConfigError, match=message) as err:
         config.load(str(path))
     assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+def test_a_merged_mapping_may_repeat_its_keys():
+    # YAML's merge key: the mapping's own value wins over the merged one, and is no duplicate
+    assert config._load_yaml("a: &x {k: 1}\nb: {<<: *x, k: 2}\n") == {"a": {"k": 1}, "b": {"k": 2}}
 
 
 @pytest.mark.parametrize(

@@ -1082,11 +1082,29 @@ def _measure(node: yaml.Node, seen: dict[int, tuple[int, int]], open_: set[int])
 class _BoundedLoader(yaml.SafeLoader):
     """yaml.safe_load's loader, refusing a document that expands past the bounds: a few
     hundred bytes of nested aliases otherwise build a value whose every use (a copy, a
-    repr, a type check) takes minutes and gigabytes."""
+    repr, a type check) takes minutes and gigabytes. It also refuses a key written twice in
+    one mapping, whose second value PyYAML would take without a word (a second
+    ``overrides:`` in a study's scale dropped the first's settings)."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         _measure(node, {}, set())
         return super().construct_document(node)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[str] = set()
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue  # a merge (<<) may repeat keys: the mapping's own win, as YAML says
+            if key.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key.value!r} appears twice in one mapping (line "
+                    f"{key.start_mark.line + 1}): keep one",
+                    key.start_mark,
+                )
+            seen.add(key.value)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _load_yaml(text: str) -> Any:
