@@ -210,3 +210,21 @@ def test_the_runs_of_a_warm_started_study_start_from_its_last_checkpoint(tmp_pat
     with pytest.raises(runner.StudyError, match=r"rl seed 0 starts from .*step_000001, which is"):
         runner.run_all(planned, out, study="warm", scale="cpu", launch=in_process(calls))
     assert len(calls) == 2
+
+
+def test_the_time_left_is_the_pace_of_the_done_runs_of_each_command(tmp_path):
+    text = WARM_STUDY.replace(
+        "  - {name: rl, preset: bandit}",
+        "  - {name: a, preset: bandit}\n  - {name: b, preset: bandit}",
+    )
+    path = tmp_path / "warm.yaml"
+    path.write_text(text)
+    planned = spec.plan(spec.load_study(str(path)), "cpu", 2, tmp_path / "out")
+    state = runner.StudyState(tmp_path, "warm", "cpu")
+    assert runner.time_left(planned, state) is None  # nothing done: no pace yet
+    warm0, a0, b0 = planned[:3]
+    state.mark(warm0, "done", minutes=4.0)
+    assert runner.time_left(planned, state) is None  # no run of `ragen train` done yet
+    state.mark(a0, "done", minutes=30.0)
+    state.mark(b0, "done", minutes=20.0)
+    assert runner.time_left(planned, state) == 4.0 + 2 * 25.0  # seed 1: a warm start, two runs

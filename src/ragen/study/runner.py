@@ -156,6 +156,9 @@ def run_all(
             if run.root.exists() and not resume:
                 say(f"{head}: {run.root} has no checkpoint; set aside as {set_aside(run.root)}")
             say(f"{head}: {shlex.join(['ragen', *command_line(run, resume)])}")
+            left = time_left(planned, state)
+            if left is not None:
+                say(f"{head}: about {left / 60:.1f} h left at the pace of the runs done")
             before = state.minutes(run) or 0.0
             state.mark(run, "running")
             started = time.monotonic()
@@ -175,6 +178,20 @@ def run_all(
             if not keep_checkpoints and run.command != SFT:  # the runs start from a warm start's
                 _drop_checkpoints(RunDir(run.root), say)
     return state
+
+
+def time_left(planned: list[PlannedRun], state: StudyState) -> float | None:
+    """Minutes the runs not yet done will take if each takes the mean of the done runs of
+    its command (a warm start is a few minutes, a run tens); None until each command with a
+    run left has one done."""
+    left = 0.0
+    for command in {p.command for p in planned if not state.is_done(p)}:
+        mine = [p for p in planned if p.command == command]
+        done = [state.minutes(p) or 0.0 for p in mine if state.is_done(p)]
+        if not done:
+            return None
+        left += (len(mine) - len(done)) * sum(done) / len(done)
+    return left
 
 
 def _check_warm_start(run: PlannedRun) -> None:
