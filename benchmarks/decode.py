@@ -16,8 +16,10 @@ is generated tokens per second end to end, prefill included: B·reply / (prefill
   transformers to its slow ``enable_gqa`` kernel).
 - llama.cpp: ``llama-batched-bench -pps`` (shared prompt, every row's logits computed, no
   sampling) on a float32 GGUF that llama.cpp's own ``convert_hf_to_gguf.py`` writes from the
-  same weights. llama.cpp is never a dependency of ragen: the Makefile builds it from the
-  copy vendored in llama-cpp-python's source release (PyPI), in ``.bench/``.
+  same weights, and where rollouts sample in bf16 here, on a bf16 GGUF too: the engine a
+  rollout backend built on llama.cpp would run. llama.cpp is never a dependency of ragen:
+  the Makefile builds it from the copy vendored in llama-cpp-python's source release (PyPI),
+  in ``.bench/``.
 
 Cells run one engine after the other per (threads, batch), so load from others falls on both;
 each is the median of ``--repeats`` runs. The bound column is the time the work needs at the
@@ -143,7 +145,7 @@ def main() -> None:
     binary = args.llama_dir / BENCH_BINARY
     if not binary.exists():
         sys.exit(f"{binary} is missing: build it with `make llama-cpp` (from source, minutes)")
-    gguf = gguf_file(args.llama_dir, "f32")
+    ggufs = {"llama.cpp float32": gguf_file(args.llama_dir, "f32")}
     fp32, tokenizer = models.load_policy(models.DEFAULT_SPEC, dtype="float32")
     # name -> (model, attention); the rows of one prompt carry no mask, so transformers'
     # own sdpa decodes them with enable_gqa, the kernel ragen's attention keeps them off.
@@ -155,6 +157,8 @@ def main() -> None:
     if auto_dtype != "float32":  # the dtype rollouts sample in here, as an extra row
         auto, _ = models.load_policy(models.DEFAULT_SPEC, dtype="auto")
         policies[f"ragen {auto_dtype} (auto)"] = (auto, attention.NAME)
+    if auto_dtype == "bfloat16":  # what a llama.cpp rollout backend would sample in here
+        ggufs["llama.cpp bfloat16"] = gguf_file(args.llama_dir, "bf16")
     shape = model_shape(fp32)
     prompt = [random.Random(0).randrange(3, shape["vocab"]) for _ in range(args.prompt)]
 
@@ -168,11 +172,13 @@ def main() -> None:
         for batch in args.batches:
             generated = batch * args.reply
             bound = bound_seconds(shape, batch, args.prompt, args.reply, peak, bandwidth)
-            timings: dict[str, list[float]] = {"llama.cpp float32": []}
-            timings.update({name: [] for name in policies})
+            timings: dict[str, list[float]] = {name: [] for name in [*ggufs, *policies]}
             for repeat in range(args.repeats):
-                t_pp, t_tg = llama_seconds(binary, gguf, threads, batch, args.prompt, args.reply)
-                timings["llama.cpp float32"].append(t_pp + t_tg)
+                for name, gguf in ggufs.items():
+                    t_pp, t_tg = llama_seconds(
+                        binary, gguf, threads, batch, args.prompt, args.reply
+                    )
+                    timings[name].append(t_pp + t_tg)
                 for name, (policy, kernel) in policies.items():
                     took = ragen_seconds(
                         policy, tokenizer, batch, prompt, args.reply, repeat, kernel
@@ -217,14 +223,23 @@ def _write(args, cells: list[dict], model) -> None:
         speeds = " ".join(f"{c['engines'][n]['tokens_per_s']:24.1f}" for n in names)
         print(f"{c['threads']:7d} {c['batch']:5d} {speeds} {c['bound_tokens_per_s']:8.1f}")
     print(f"ragen float32 / llama.cpp float32: {min(ratios):.2f}x to {max(ratios):.2f}x")
+    bf16 = [
+        c["engines"]["ragen bfloat16 (auto)"]["tokens_per_s"]
+        / c["engines"]["llama.cpp bfloat16"]["tokens_per_s"]
+        for c in cells
+        if "llama.cpp bfloat16" in c["engines"]
+    ]
+    if bf16:
+        print(f"ragen bfloat16 / llama.cpp bfloat16: {min(bf16):.2f}x to {max(bf16):.2f}x")
     summary = {
         "command": "python benchmarks/decode.py " + " ".join(sys.argv[1:]),
         "workload": {"prompt_tokens": args.prompt, "reply_tokens": args.reply,
                      "prompt_shared": True, "repeats": args.repeats, "statistic": "median"},
         "machine": machine(torch.float32),
-        "llama_cpp": "llama-batched-bench -pps -kvu, float32 GGUF by convert_hf_to_gguf.py",
+        "llama_cpp": "llama-batched-bench -pps -kvu, GGUFs by convert_hf_to_gguf.py",
         "cells": cells,
         "ragen_over_llama_cpp_float32": [round(r, 3) for r in ratios],
+        "ragen_over_llama_cpp_bfloat16": [round(r, 3) for r in bf16],
         "goal": "ragen at least llama.cpp's tokens/s at every batch size and thread count",
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
