@@ -219,3 +219,12 @@ def test_the_guides_warm_start_example_is_valid(tmp_path):
     cfg = config.load(warm.preset, list(warm.overrides))
     assert (warm.env, cfg.sft.lake_expert, cfg.sft.steps) == ("frozen-lake", "toward", 4)
     assert run.warm_from == tmp_path / "warm-start" / "seed-0" / "checkpoints" / "step_000004"
+
+
+def test_the_plan_of_a_warm_started_study_counts_its_warm_starts_apart(tmp_path, capsys):
+    warm = "warm_start: {preset: frozen-lake, overrides: [sft.steps=4]}"
+    path = _write(tmp_path, BASE.replace("  cpu: {seeds: 2,", f"  cpu: {{{warm}, seeds: 2,"))
+    assert main(["study", path, "--plan", "--out", str(tmp_path / "o")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ragen sft frozen-lake --preset frozen-lake sft.steps=4 ")
+    assert lines[-1] == f"4 runs of mine after 2 warm starts at scale cpu in {tmp_path / 'o'}"

@@ -18,6 +18,7 @@ from ragen.study.spec import (
     DEFAULT_SCALE,
     MAX_SEEDS,
     SCALES,
+    SFT,
     check_planned,
     load_study,
     plan,
@@ -79,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plan:
         for p in planned:
             print(shlex.join(["ragen", *command_line(p, resume=False)]))
-        print(f"{len(planned)} runs of {key} at scale {args.scale} in {out}")
+        warm = sum(p.command == SFT for p in planned)
+        also = f" after {warm} warm starts" if warm else ""
+        print(f"{len(planned) - warm} runs of {key}{also} at scale {args.scale} in {out}")
         return 0
     try:
         state = run_all(
