@@ -81,12 +81,12 @@ def test_a_core_busy_in_every_sample_is_left_to_its_job(monkeypatch):
     assert threads.choose(0)[0] == 2 and len(quiet) == 1 + 1  # a quiet machine: one sample
 
 
-def test_busy_elsewhere_takes_this_process_own_time_out():
+def test_busy_cores_elsewhere_take_this_process_own_time_out():
     # 400 jiffies over 2 cores, 300 busy, 200 of them this process's: half a core elsewhere
-    assert threads.busy_elsewhere((0, 0), (300, 400), 200.0, cores=2) == 0.5
-    assert threads.busy_elsewhere((0, 0), (400, 400), 400.0, cores=2) == 0.0  # all ours
+    assert threads.busy_cores((0, 0), (300, 400), 2, own_jiffies=200.0) == 0.5
+    assert threads.busy_cores((0, 0), (400, 400), 2, own_jiffies=400.0) == 0.0  # all ours
     # the process's clock and /proc/stat tick apart: never below zero
-    assert threads.busy_elsewhere((0, 0), (100, 400), 120.0, cores=2) == 0.0
+    assert threads.busy_cores((0, 0), (100, 400), 2, own_jiffies=120.0) == 0.0
 
 
 class _Clock:

@@ -48,10 +48,14 @@ def cpu_times() -> tuple[int, int] | None:
     return sum(values) - idle, sum(values)
 
 
-def busy_cores(before: tuple[int, int], after: tuple[int, int], cores: int) -> float:
-    """Cores busy on average between two ``cpu_times`` samples of a machine of ``cores``."""
+def busy_cores(
+    before: tuple[int, int], after: tuple[int, int], cores: int, own_jiffies: float = 0.0
+) -> float:
+    """Cores busy on average between two ``cpu_times`` samples of a machine of ``cores``,
+    less ``own_jiffies``, the CPU time this process ran meanwhile (all its threads): with it,
+    the cores other processes kept busy."""
     busy, total = after[0] - before[0], after[1] - before[1]
-    return cores * busy / total if total > 0 else 0.0
+    return cores * max(0.0, busy - own_jiffies) / total if total > 0 else 0.0
 
 
 def free_threads(busy: float, cores: int, allowed: int) -> int:
@@ -96,15 +100,6 @@ def choose(setting: int) -> tuple[int, str]:
     return threads, why
 
 
-def busy_elsewhere(
-    before: tuple[int, int], after: tuple[int, int], own_jiffies: float, cores: int
-) -> float:
-    """Cores other processes kept busy on average between two ``cpu_times`` samples, during
-    which this process ran ``own_jiffies`` of CPU time (all its threads)."""
-    busy, total = after[0] - before[0], after[1] - before[1]
-    return cores * max(0.0, busy - own_jiffies) / total if total > 0 else 0.0
-
-
 FOLLOW_MIN_S = 5.0
 """The shortest window the follower judges: a shorter one (a tiny model's step) is too few
 jiffies to tell a busy core from noise, so it waits for more."""
@@ -136,7 +131,8 @@ class Follower:
         now = cpu_times()
         assert now is not None and times is not None  # active: /proc/stat was read
         self.mark = (now, time.process_time(), time.monotonic())
-        elsewhere = busy_elsewhere(times, now, (self.mark[1] - own) * self.tick, self.cores)
+        own_jiffies = (self.mark[1] - own) * self.tick
+        elsewhere = busy_cores(times, now, self.cores, own_jiffies)
         wanted = free_threads(elsewhere, self.cores, _allowed(self.cores))
         if wanted != threads:
             self.say(

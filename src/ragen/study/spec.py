@@ -253,7 +253,7 @@ def _check_run(run: StudyRun, seen: set[str], scales: dict[str, StudyScale]) -> 
         extra = sorted(set(named) - set(scales))
         if extra:
             raise ConfigError(f"run {run.name}: {key} names {extra[0]!r}, no scale here")
-    if any(o.partition("=")[0].strip() == "trainer.seed" for o in run.overrides):
+    if _sets(run.overrides, "trainer.seed"):
         raise ConfigError(f"run {run.name}: drop trainer.seed, the study sets the seeds")
 
 
@@ -264,11 +264,16 @@ def _check_warm_starts(study: Study) -> None:
             continue
         settings = [*scale.overrides, *(o for r in runs_at(study, name) for o in r.overrides)]
         settings += [o for r in study.runs for o in r.scale_overrides.get(name, [])]
-        if any(o.partition("=")[0].strip() == "model.spec" for o in settings):
+        if _sets(settings, "model.spec"):
             raise ConfigError(
                 f"scale {name}: its runs start from the warm start's checkpoint; set model.spec "
                 "in warm_start.overrides (the model it fine-tunes), not in the runs"
             )
+
+
+def _sets(overrides: list[str], key: str) -> bool:
+    """Whether any of the dotted ``overrides`` sets ``key``."""
+    return any(o.partition("=")[0].strip() == key for o in overrides)
 
 
 def _check_expectations(expect: list[Expectation], runs: set[str]) -> None:
@@ -332,7 +337,7 @@ def plan(
     at = study.scales[scale]
     planned = []
     for seed in range(seeds):
-        warm = _warm_start(at.warm_start, seed, out, overrides)
+        warm, warm_from = _warm_start(at.warm_start, seed, out, overrides)
         if warm is not None:
             planned.append(warm)
         for run in runs_at(study, scale):
@@ -350,7 +355,7 @@ def plan(
                     preset=with_suffix(run.preset, at.preset_suffix),
                     overrides=settings,
                     root=out / run.name / f"seed-{seed}",
-                    warm_from=None if warm is None else _last_checkpoint(warm),
+                    warm_from=warm_from,
                 )
             )
     return planned
@@ -358,25 +363,23 @@ def plan(
 
 def _warm_start(
     warm: WarmStart | None, seed: int, out: Path, overrides: tuple[str, ...]
-) -> PlannedRun | None:
-    """The ``ragen sft`` of ``warm`` at ``seed``; None without a warm start."""
+) -> tuple[PlannedRun | None, Path | None]:
+    """The ``ragen sft`` of ``warm`` at ``seed`` and where it saves its last step (a run
+    always saves its last step); (None, None) without a warm start."""
     if warm is None:
-        return None
+        return None, None
+    from ragen.monitor.rundir import RunDir
+
     settings = (*warm.overrides, *overrides, f"trainer.seed={seed}")
-    return PlannedRun(
+    cfg = config.load(warm.preset, list(settings))
+    root = out / WARM_START / f"seed-{seed}"
+    run = PlannedRun(
         name=WARM_START,
         seed=seed,
         preset=warm.preset,
         overrides=settings,
-        root=out / WARM_START / f"seed-{seed}",
+        root=root,
         command=SFT,
-        env=config.load(warm.preset, list(settings)).env.name,
+        env=cfg.env.name,
     )
-
-
-def _last_checkpoint(warm: PlannedRun) -> Path:
-    """Where the warm start's last step is saved: a run always saves its last step."""
-    from ragen.monitor.rundir import RunDir
-
-    steps = config.load(warm.preset, list(warm.overrides)).sft.steps
-    return RunDir(warm.root).checkpoint(steps)
+    return run, RunDir(root).checkpoint(cfg.sft.steps)
