@@ -152,8 +152,10 @@ def test_the_aligned_runs_count_steps_from_their_collapse(tmp_path):
     assert path == tmp_path / "aligned.png" and path.stat().st_size > 0
 
 
-def _levels_run(tmp_path, name, before, after):
-    """A run evaluated before training and after its last step on the same 8 lakes."""
+def _levels_run(tmp_path, name, before, after, templates=((), ())):
+    """A run evaluated before training and after its last step on the same 8 lakes;
+    ``templates``: each evaluation's most frequent failed action sequence, played by every
+    failed episode."""
     evals = [
         {
             "step": step,
@@ -163,8 +165,10 @@ def _levels_run(tmp_path, name, before, after):
             "seeds": 8,
             "k": 1,
             "seed_successes": o,
+            "action_template": list(moves),
+            "action_template_share": (8 - sum(o)) / 8 if moves else 0.0,
         }
-        for step, o in ((-1, before), (3, after))
+        for step, o, moves in ((-1, before, templates[0]), (3, after, templates[1]))
     ]
     return _run(tmp_path, name, [0.1, 0.2, 0.3, 0.4], evals)
 
@@ -199,3 +203,36 @@ def test_a_run_against_its_start_is_read_level_by_level(tmp_path):
     # one seed without its levels' outcomes: the two sides are compared as means
     seeds[1].start.levels = None
     assert table.judge(Expectation("a", "a@start"), {"a": row}).paired_levels is None
+
+
+def test_each_seed_is_read_level_by_level_with_its_template(tmp_path):
+    study = _study(metric="eval/frozen-lake/success", tail=1)
+    zigzag = ["Right", "Down", "Down", "Down", "Left"]
+    run = _levels_run(
+        tmp_path, "s0", [1, 1, 0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0], ((), zigzag)
+    )
+    seed = table.seed_result(run, 0, study, 1.0)
+    # per-lake changes 0, 0, 1, 1, 0 x 4: mean 2/8; sample variance (2 - 8/16) / 7
+    assert (seed.change.levels, seed.change.gained, seed.change.lost) == (8, 2, 0)
+    assert seed.change.difference == pytest.approx(0.25)
+    assert seed.change.se == pytest.approx(math.sqrt(1.5 / 7 / 8))
+    assert (seed.start.template_share, seed.end.template_share) == (0.0, 0.5)
+    assert seed.end.template == zigzag
+    text = table.table_markdown(
+        study, "cpu", [table.row_result("a", "frozen-lake", [seed], None, [])], []
+    )
+    assert (
+        "- a seed 0: 0.250 → 0.500, +0.250 ± 0.164 level by level (z +1.53; 2 of 8 levels "
+        "gained, 0 lost); one action sequence in 0% of the episodes before, "
+        "50% (Right, Down × 3, Left) after."
+    ) in text
+
+
+def test_a_hand_edited_template_is_left_out(tmp_path):
+    run = _levels_run(tmp_path, "s0", [1] + [0] * 7, [1] * 2 + [0] * 6)
+    run.evals[-1]["action_template_share"] = 1.5
+    run.evals[-1]["action_template"] = "Down"
+    run.evals[0]["seed_successes"] = [1]  # does not fit its 8 seeds: no levels, no change
+    seed = table.seed_result(run, 0, _study(metric="eval/frozen-lake/success", tail=1), None)
+    assert (seed.end.template_share, seed.end.template, seed.change) == (None, None, None)
+    assert seed.start.template_share == 0.0 and seed.end.value == 0.25

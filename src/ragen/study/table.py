@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from ragen.monitor.paired import SEED_SUCCESSES, paired_summaries, seed_successes
+from ragen.monitor.paired import SEED_SUCCESSES, PairedChange, paired_summaries, seed_successes
 from ragen.monitor.report import SIGNIFICANT_Z, RunData, series, summarize_run
 from ragen.monitor.rundir import BEFORE_TRAINING
 from ragen.study.spec import START, Expectation, Study
@@ -41,6 +41,10 @@ class Measured:
     value: float | None
     episodes: int | None = None
     levels: dict | None = None
+    template_share: float | None = None
+    """The share of the evaluation's episodes that played its most frequent failed action
+    sequence, ``template`` (the Echo Trap's mark, :func:`ragen.monitor.metrics.action_template`)."""
+    template: list[str] | None = None
 
 
 @dataclass
@@ -60,6 +64,9 @@ class SeedResult:
     collapse_step: int | None
     warning_step: int | None
     minutes: float | None
+    change: PairedChange | None = None
+    """The level-by-level change from ``start`` to ``end``, where both evaluations hold their
+    levels' outcomes for the same levels."""
 
 
 @dataclass
@@ -118,6 +125,11 @@ def seed_result(run: RunData, seed: int, study: Study, minutes: float | None) ->
     """The figures of one run directory for the study's metric and columns."""
     start, end, peak = ends_of(run, study.metric, study.tail)
     (row, *_) = summarize_run(run)  # alert timing is the same in every row
+    paired = (
+        paired_summaries([start.levels], [end.levels])
+        if start.levels is not None and end.levels is not None
+        else None
+    )
     return SeedResult(
         seed=seed,
         steps=run.steps,
@@ -129,6 +141,7 @@ def seed_result(run: RunData, seed: int, study: Study, minutes: float | None) ->
         collapse_step=row.collapse_step,
         warning_step=row.warning_step,
         minutes=minutes,
+        change=paired,
     )
 
 
@@ -162,7 +175,9 @@ def _evaluation(run: RunData, metric: str, *, before: bool) -> dict | None:
 
 
 def _measured(value: float | None, evaluation: dict | None) -> Measured:
-    """``value`` with its evaluation's episode count and levels' outcomes, where known."""
+    """``value`` with its evaluation's episode count, levels' outcomes and action template,
+    where known (eval.jsonl may hold a hand-edited or older line: what does not fit is left
+    out)."""
     if evaluation is None:
         return Measured(value)
     episodes = evaluation.get("episodes")
@@ -170,7 +185,12 @@ def _measured(value: float | None, evaluation: dict | None) -> Measured:
     levels = None
     if seed_successes(evaluation) is not None:  # the keys the paired comparison reads
         levels = {key: evaluation[key] for key in ("seeds", "k", SEED_SUCCESSES)}
-    return Measured(value, counted, levels)
+    share, template = evaluation.get("action_template_share"), evaluation.get("action_template")
+    if isinstance(share, bool) or not (isinstance(share, int | float) and 0.0 <= share <= 1.0):
+        share = None
+    if not (isinstance(template, list) and all(isinstance(a, str) for a in template)):
+        template = None
+    return Measured(value, counted, levels, share, template)
 
 
 def over_seeds(measured: Sequence[Measured]) -> Estimate:
@@ -274,6 +294,50 @@ def _steps(values: Sequence[int | None]) -> str:
     return f"{len(hit)}/{len(values)}" + (f" (steps {', '.join(hit)})" if hit else "")
 
 
+def _moves(actions: Sequence[str]) -> str:
+    """An action sequence with each run of one action counted: ``Right, Down × 5``."""
+    runs: list[list] = []
+    for action in actions:
+        if runs and runs[-1][0] == action:
+            runs[-1][1] += 1
+        else:
+            runs.append([action, 1])
+    return ", ".join(a if n == 1 else f"{a} × {n}" for a, n in runs)
+
+
+def _template(m: Measured) -> str:
+    if m.template_share is None:
+        return "—"
+    moves = f" ({_moves(m.template)})" if m.template else ""
+    return f"{m.template_share:.0%}{moves}"
+
+
+def _seed_lines(rows: Sequence[RowResult]) -> list[str]:
+    """Each seed's evaluation before and after training, where the study measured one: the
+    change level by level and how much of the play one action sequence took (a run that
+    narrows into one sequence has fallen into the Echo Trap, whatever its success)."""
+    lines = []
+    for row in rows:
+        for s in row.seeds:
+            if s.change is None and s.end.template_share is None:
+                continue
+            said = f"- {row.name} seed {s.seed}: {_num(s.start.value)} → {_num(s.end.value)}"
+            c = s.change
+            if c is not None:
+                said += (
+                    f", {c.difference:+.3f} ± {c.se:.3f} level by level (z {c.z:+.2f}; "
+                    f"{c.gained} of {c.levels} levels gained, {c.lost} lost)"
+                )
+            said += (
+                f"; one action sequence in {_template(s.start)} of the episodes before, "
+                f"{_template(s.end)} after"
+            )
+            lines.append(said + ".")
+    if lines:
+        lines[:0] = ["", "Each seed, its evaluation before training against its last one:", ""]
+    return lines
+
+
 def table_markdown(
     study: Study, scale: str, rows: Sequence[RowResult], verdicts: Sequence[Verdict]
 ) -> str:
@@ -322,6 +386,7 @@ def table_markdown(
             how = "" if v.paired_levels is None else f", level by level on {v.paired_levels} levels"
             said = f"{v.difference:+.3f} ± {v.se:.3f} (z {v.z:+.2f}{how}): {v.outcome}"
         lines.append(f"- Expected {v.higher} above {v.lower}: {said}.")
+    lines += _seed_lines(rows)
     total = sum(s.minutes or 0.0 for r in rows for s in r.seeds)
     lines += ["", f"Wall time of all runs: {total:.1f} min."]
     return "\n".join(lines) + "\n"
