@@ -228,6 +228,20 @@ def test_each_seed_is_read_level_by_level_with_its_template(tmp_path):
     ) in text
 
 
+@pytest.mark.parametrize(
+    ("moves", "shown"),
+    [
+        (["Down"] * 10, "Down × 10"),
+        (["Right", "Down"] * 5, "(Right, Down) × 5"),
+        (["Right", "Down", "Down", "Down", "Left"], "Right, Down × 3, Left"),
+        (["Up"], "Up"),
+        (["Up", "Left", "Up"], "Up, Left, Up"),
+    ],
+)
+def test_a_template_is_shown_short(moves, shown):
+    assert table._moves(moves) == shown
+
+
 def test_a_hand_edited_template_is_left_out(tmp_path):
     run = _levels_run(tmp_path, "s0", [1] + [0] * 7, [1] * 2 + [0] * 6)
     run.evals[-1]["action_template_share"] = 1.5

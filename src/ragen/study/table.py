@@ -295,14 +295,20 @@ def _steps(values: Sequence[int | None]) -> str:
 
 
 def _moves(actions: Sequence[str]) -> str:
-    """An action sequence with each run of one action counted: ``Right, Down × 5``."""
+    """An action sequence, short: a repeated unit once with its count (``(Right, Down) × 5``,
+    ``Down × 10``), otherwise each run of one action counted (``Right, Down × 3, Left``)."""
+    n = len(actions)
+    for period in range(1, n // 2 + 1):
+        if n % period == 0 and list(actions) == list(actions[:period]) * (n // period):
+            unit = ", ".join(actions[:period])
+            return f"{unit if period == 1 else f'({unit})'} × {n // period}"
     runs: list[list] = []
     for action in actions:
         if runs and runs[-1][0] == action:
             runs[-1][1] += 1
         else:
             runs.append([action, 1])
-    return ", ".join(a if n == 1 else f"{a} × {n}" for a, n in runs)
+    return ", ".join(a if count == 1 else f"{a} × {count}" for a, count in runs)
 
 
 def _template(m: Measured) -> str:
