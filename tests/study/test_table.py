@@ -242,6 +242,14 @@ def test_a_template_is_shown_short(moves, shown):
     assert table._moves(moves) == shown
 
 
+def test_a_template_of_no_move_says_so(tmp_path):
+    run = _levels_run(tmp_path, "s0", [1] + [0] * 7, [1] * 2 + [0] * 6)
+    run.evals[-1]["action_template_share"] = 0.25  # episodes whose replies held no action
+    seed = table.seed_result(run, 0, _study(metric="eval/frozen-lake/success", tail=1), None)
+    assert table._template(seed.end) == "25% (no move)"
+    assert table._template(seed.start) == "0%"
+
+
 def test_a_hand_edited_template_is_left_out(tmp_path):
     run = _levels_run(tmp_path, "s0", [1] + [0] * 7, [1] * 2 + [0] * 6)
     run.evals[-1]["action_template_share"] = 1.5

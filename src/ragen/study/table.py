@@ -314,8 +314,10 @@ def _moves(actions: Sequence[str]) -> str:
 def _template(m: Measured) -> str:
     if m.template_share is None:
         return "—"
-    moves = f" ({_moves(m.template)})" if m.template else ""
-    return f"{m.template_share:.0%}{moves}"
+    if m.template:
+        return f"{m.template_share:.0%} ({_moves(m.template)})"
+    # the most frequent failed play made no move at all (no reply held a valid action)
+    return f"{m.template_share:.0%}" + (" (no move)" if m.template_share > 0 else "")
 
 
 def _seed_lines(rows: Sequence[RowResult]) -> list[str]:
