@@ -408,12 +408,14 @@ def _add_config_commands(commands) -> None:
 
 
 def _add_eval_command(commands) -> None:
-    defaults = TrainerConfig()  # --n and --temperature default to a run's evaluation
+    defaults = TrainerConfig()  # --n, --k and --temperature default to a run's evaluation
     p = _command(commands, "eval", "evaluate a model on fixed seeds of an environment")
     p.add_argument("--env", required=True, help=ENV_HELP)
     p.add_argument("--model", help=f"model spec ({SPEC_HELP}); default: the preset's")
     p.add_argument("--n", type=_positive_int, default=defaults.eval_episodes, help="fixed seeds")
-    p.add_argument("--k", type=_positive_int, default=1, help="tries per seed (pass@k)")
+    p.add_argument(
+        "--k", type=_positive_int, default=defaults.eval_k, help="tries per seed (pass@k)"
+    )
     p.add_argument(
         "--temperature",
         type=_non_negative_float,

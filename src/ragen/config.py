@@ -38,7 +38,8 @@ _MAX_EXTENDS_DEPTH = 8
 # Upper bounds of sizes: far beyond paper-scale GPU runs, yet small enough that no value a
 # user can type allocates or loops past what a machine has (validation runs before anything).
 MAX_EVAL_EPISODES = 1_000_000
-"""Most episodes one evaluation may run (trainer.eval_episodes, `ragen eval --n`)."""
+"""Most episodes one evaluation may run (trainer.eval_episodes × trainer.eval_k, `ragen eval
+--n` × `--k`)."""
 MAX_EPISODES_PER_STEP = 65_536
 """Most episodes one training step rolls out (rollout.groups × rollout.group_size)."""
 MAX_STEPS = 1_000_000
@@ -349,6 +350,11 @@ class TrainerConfig:
     repeat it."""
     eval_episodes: int = opt(256, ge=1, le=MAX_EVAL_EPISODES)
     """Fixed seeds per evaluation."""
+    eval_k: int = opt(1, ge=1, le=MAX_EVAL_EPISODES)
+    """Tries per fixed seed in each evaluation (``eval_episodes × eval_k`` episodes): the
+    success is the mean over every try, so one evaluation's sampling noise falls about as
+    1/sqrt(k) (one try a level at T=0.5 moves a 256-lake success by about 3 points from one
+    sampling seed to another); pass@k is recorded beside it."""
     eval_temperature: float = opt(0.5, ge=0.0)
     """Sampling temperature of evaluation."""
     save_every: int = opt(50, ge=0, le=MAX_STEPS)
@@ -676,6 +682,12 @@ def _check_combinations(c: Config) -> None:
         raise _contradiction(
             "rollout.groups and rollout.group_size",
             f"{r.groups} × {r.group_size} > {MAX_EPISODES_PER_STEP} episodes per step",
+            "lower one of them",
+        )
+    if t.eval_episodes * t.eval_k > MAX_EVAL_EPISODES:
+        raise _contradiction(
+            "trainer.eval_episodes and trainer.eval_k",
+            f"{t.eval_episodes} × {t.eval_k} > {MAX_EVAL_EPISODES} episodes per evaluation",
             "lower one of them",
         )
     if r.max_actions_per_turn > r.max_actions_per_episode:

@@ -1,4 +1,7 @@
-"""trainer.eval_before: the starting policy evaluated once, at step -1, changing nothing else."""
+"""trainer.eval_before: the starting policy evaluated once, at step -1, changing nothing else;
+trainer.eval_k: tries per evaluation seed."""
+
+import pytest
 
 from ragen import config
 from ragen.monitor import report
@@ -56,3 +59,20 @@ def test_the_base_evaluation_is_recorded_once_and_changes_no_training_step(tmp_p
     # the base evaluation samples from its own seeds: every training step is as without it
     assert _training(run) == _training(plain)
     assert [e["step"] for e in read_jsonl(plain.evals).records] == [1, 2]
+
+
+def test_an_evaluation_plays_eval_k_tries_a_seed(tmp_path):
+    run = _train(tmp_path / "k3", "trainer.steps=1", "trainer.eval_before=true", "trainer.eval_k=3")
+    evals = read_jsonl(run.evals).records
+    assert [e["step"] for e in evals] == [BEFORE_TRAINING, 0]
+    for e in evals:
+        # 2 seeds × 3 tries: each seed's successes counted among its 3 tries
+        assert (e["episodes"], e["seeds"], e["k"]) == (6, 2, 3)
+        assert all(0 <= v <= 3 for v in e["seed_successes"])
+        assert sum(e["seed_successes"]) == round(6 * e["success"])
+        assert e["pass_at_k"] == sum(v > 0 for v in e["seed_successes"]) / 2
+
+
+def test_an_evaluation_past_its_episode_bound_is_refused():
+    with pytest.raises(config.ConfigError, match=r"trainer\.eval_episodes and trainer\.eval_k"):
+        config.load("bandit", ["trainer.eval_episodes=1000", "trainer.eval_k=1001"])

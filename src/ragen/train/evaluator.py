@@ -101,7 +101,7 @@ class EvalRequest:
 
     env: str
     n: int = _TRAINER.eval_episodes
-    k: int = 1
+    k: int = _TRAINER.eval_k
     temperature: float = _TRAINER.eval_temperature
 
 

@@ -546,7 +546,9 @@ class Trainer:
         metrics = {}
         self.sampler.refresh()
         for env in self.config.env.eval_names or [self.config.env.name]:
-            request = EvalRequest(env=env, n=t.eval_episodes, temperature=t.eval_temperature)
+            request = EvalRequest(
+                env=env, n=t.eval_episodes, k=t.eval_k, temperature=t.eval_temperature
+            )
             with fsdp.full_weights(self.m.policy):  # the seeds are shared unevenly
                 summary, _ = evaluate(
                     self.generator, self.m.tokenizer, self.config, request, progress=False
