@@ -23,6 +23,7 @@ import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from itertools import groupby
 
 from ragen.monitor.paired import SEED_SUCCESSES, PairedChange, paired_summaries, seed_successes
 from ragen.monitor.report import SIGNIFICANT_Z, RunData, series, summarize_run
@@ -302,12 +303,7 @@ def _moves(actions: Sequence[str]) -> str:
         if n % period == 0 and list(actions) == list(actions[:period]) * (n // period):
             unit = ", ".join(actions[:period])
             return f"{unit if period == 1 else f'({unit})'} × {n // period}"
-    runs: list[list] = []
-    for action in actions:
-        if runs and runs[-1][0] == action:
-            runs[-1][1] += 1
-        else:
-            runs.append([action, 1])
+    runs = [(action, len(list(same))) for action, same in groupby(actions)]
     return ", ".join(a if count == 1 else f"{a} × {count}" for a, count in runs)
 
 
