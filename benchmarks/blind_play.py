@@ -29,18 +29,18 @@ from pathlib import Path
 from ragen import envs
 from ragen.envs.sokoban import Room
 from ragen.monitor.metrics import action_template
-from ragen.rollout.loop import EVAL_SEED_BASE
 from ragen.train.evaluator import eval_seeds
 
 RESULTS = Path(__file__).parent / "results"
 MOVES = ("Up", "Down", "Left", "Right")
 
 
-def levels(n: int) -> list[Room]:
-    """The first rooms of the ``n`` Sokoban evaluation levels."""
-    env = envs.make("sokoban")
+def levels(n: int, split: str = "dev", options: dict | None = None) -> list[Room]:
+    """The first rooms of the ``n`` Sokoban evaluation levels of ``split``, drawn with the
+    env ``options``."""
+    env = envs.make("sokoban", **(options or {}))
     rooms = []
-    for seed in eval_seeds(n, EVAL_SEED_BASE):
+    for seed in eval_seeds(n, split):
         env.reset(seed)
         rooms.append(env.room)
     return rooms

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 
 from ragen import __version__
-from ragen.config import BACKENDS, DEFAULT_SPEC, DTYPES, TrainerConfig
+from ragen.config import BACKENDS, DEFAULT_SPEC, DTYPES, EVAL_SPLITS, TrainerConfig
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -297,7 +297,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         allow_download=cfg.model.allow_download,
     )
     generator = make_generator(args.backend, model, tokenizer, attention=cfg.model.attention)
-    request = EvalRequest(env=args.env, n=args.n, k=args.k, temperature=args.temperature)
+    request = EvalRequest(
+        env=args.env, n=args.n, k=args.k, temperature=args.temperature, split=args.split
+    )
     with threads.computing_with(cfg.trainer.threads):
         summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)
     write_eval(out, summary, trajectories, model=cfg.model.spec)
@@ -415,6 +417,12 @@ def _add_eval_command(commands) -> None:
     p.add_argument("--n", type=_positive_int, default=defaults.eval_episodes, help="fixed seeds")
     p.add_argument(
         "--k", type=_positive_int, default=defaults.eval_k, help="tries per seed (pass@k)"
+    )
+    p.add_argument(
+        "--split",
+        choices=EVAL_SPLITS,
+        default=defaults.eval_split,
+        help="fixed seed range: dev (tuning may read it) or test (kept for final figures)",
     )
     p.add_argument(
         "--temperature",

@@ -133,8 +133,11 @@ BACKENDS: tuple[str, ...] = get_args(RolloutBackend)
 ExpertThought = Literal["relative", "located"]
 EXPERT_THOUGHTS: tuple[str, ...] = get_args(ExpertThought)
 # How the FrozenLake expert picks its moves (ragen.envs.experts).
-LakeExpert = Literal["optimal", "toward"]
+LakeExpert = Literal["optimal", "toward", "careful"]
 LAKE_EXPERTS: tuple[str, ...] = get_args(LakeExpert)
+# The fixed seed ranges evaluations draw from (ragen.rollout.loop.SPLIT_SEED_BASES).
+EvalSplit = Literal["dev", "test"]
+EVAL_SPLITS: tuple[str, ...] = get_args(EvalSplit)
 FormatPenaltyMode = Literal["no_action", "any_invalid"]
 FORMAT_PENALTY_MODES: tuple[str, ...] = get_args(FormatPenaltyMode)
 
@@ -278,8 +281,9 @@ class TrainerConfig:
     steps: int = opt(200, ge=1, le=MAX_STEPS)
     """Training iterations (one rollout set each, or one per reuse_k updates)."""
     max_minutes: float = opt(0.0, ge=0.0)
-    """Wall-clock budget: the step that passes it is the last (evaluated and checkpointed);
-    0 means no budget. A resumed run gets the budget afresh."""
+    """Wall-clock budget: a step is the last (evaluated and checkpointed) when another one,
+    at the mean pace of this run's steps so far, would end past it; 0 means no budget. A
+    resumed run gets the budget afresh."""
     seed: int = opt(0, ge=0, le=2**32 - 1)
     """Seed of env levels, sampling and initialisation: same seed, same run."""
     device: str = "auto"
@@ -357,6 +361,10 @@ class TrainerConfig:
     sampling seed to another); pass@k is recorded beside it."""
     eval_temperature: float = opt(0.5, ge=0.0)
     """Sampling temperature of evaluation."""
+    eval_split: EvalSplit = "dev"
+    """Which fixed seeds evaluations play: dev (from 1,000,000,000: the seeds tuning, early
+    stopping and choosing a checkpoint may read) or test (from 3,000,000,000: kept for a
+    result's final figure). Both are disjoint from each other and from training seeds."""
     save_every: int = opt(50, ge=0, le=MAX_STEPS)
     """Checkpoint every this many steps; 0 only at the end."""
     keep_checkpoints: int = opt(2, ge=1, le=1000)
@@ -454,10 +462,12 @@ class SftConfig:
     top-left: "I am at row 2, column 4. The box X is at row 2, column 3, 1 left of me.")."""
     lake_expert: LakeExpert = "optimal"
     """How the FrozenLake expert moves: optimal (each turn the open-loop plan most likely to
-    reach the goal under the known slips: 48.0% on the 256 evaluation lakes with random ends,
-    5 turns of 2 actions) or toward (each turn repeats the move along the goal's larger
-    offset, vertical on a tie, blind to holes: 36.4%, but a function of the goal's offsets
-    alone, which `env.options.offsets` writes out). Other envs ignore it."""
+    reach the goal under the known slips), toward (each turn repeats the move along the
+    goal's larger offset, vertical on a tie, blind to holes) or careful (the move least
+    likely to slip into a hole beside, then the one that lands nearest the goal on average).
+    toward and careful read only what `env.options.offsets` writes out (the goal's offsets,
+    the holes beside); optimal needs the whole map. Success of each on the evaluation lakes:
+    docs/results.md. Other envs ignore it."""
 
 
 @dataclass

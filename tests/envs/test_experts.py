@@ -6,6 +6,7 @@ from ragen import envs
 from ragen.envs.countdown import evaluate
 from ragen.envs.experts import (
     ExpertError,
+    careful_move,
     expert_move,
     goal_probabilities,
     has_expert,
@@ -279,7 +280,7 @@ def test_the_toward_lake_expert_repeats_the_move_along_the_larger_offset(rows, m
     assert expert_move(env, 2, 1, lake="toward").answer == moves[:1]  # one action left
     located = expert_move(env, 2, 10, "located", lake="toward").thought
     assert located.startswith("I am at row ") and located.endswith(thought.split(". ", 1)[1])
-    with pytest.raises(ValueError, match="lake must be one of optimal, toward; got 'x'"):
+    with pytest.raises(ValueError, match="lake must be one of optimal, toward, careful; got 'x'"):
         expert_move(env, 2, 10, lake="x")
 
 
@@ -325,3 +326,54 @@ def test_turn_play_success_by_hand():
     assert turn_play_success(table, 0, lambda cell, left: ["Right", "Right"], 2, 2) == (
         pytest.approx(4 / 9 + second)
     )
+
+
+@pytest.mark.parametrize(
+    ("rows", "thought"),
+    [
+        # Down (1/3 each: below, left into the edge, right) is the one move no slip takes
+        # into the hole above; it lands (2 + 3 + 2) / 3 steps from the goal on average.
+        (
+            ("HFF", "SFF", "FFG"),
+            "The goal G is 1 below and 2 right of me. A hole O is 1 above me. Down cannot slip "
+            "into a hole and lands nearest the goal, so I go Down then Down.",
+        ),
+        # Holes left and above: Left and Up fall 2/3 of the time, Down and Right 1/3, both
+        # landing 5/3 steps from the goal on average; Down comes first in ACTIONS order.
+        (
+            ("FHF", "HSF", "FFG"),
+            "The goal G is 1 below and 1 right of me. Holes O are 1 left of me and 1 above me. "
+            "Every move can slip into a hole; Down risks it least, so I go Down then Down.",
+        ),
+    ],
+)
+def test_the_careful_lake_expert_keeps_off_the_holes_beside(rows, thought):
+    env = envs.make("frozen-lake")
+    env.load(rows, 0)
+    move = expert_move(env, 2, 10, lake="careful")
+    assert (move.answer, move.thought) == (("Down", "Down"), thought)
+    assert expert_move(env, 1, 10, lake="careful").answer == ("Down",)
+    located = expert_move(env, 2, 10, "located", lake="careful").thought
+    assert located.startswith("I am at row 2, ") and located.endswith(thought.split(". ", 2)[2])
+
+
+def test_careful_lake_play_scores_what_its_policy_is_worth():
+    """One careful move a turn for ten turns, played on the slippery lake 3,000 times, against
+    the exact probability of that play; it beats walking toward the goal on this lake."""
+    rows = ("FFFH", "FHFF", "SFFF", "HFFG")
+    table = transition_table(rows)
+    start, goal = "".join(rows).index("S"), "".join(rows).index("G")
+    exact = turn_play_success(table, start, lambda c, left: [careful_move(rows, table, c)], 10, 1)
+    toward = turn_play_success(
+        table, start, lambda c, left: [toward_goal(goal, c, len(rows))], 10, 1
+    )
+    env, wins = envs.make("frozen-lake"), 0
+    for seed in range(3000):
+        env.load(rows, seed)
+        for left in range(10, 0, -1):
+            result = env.step(expert_move(env, 1, left, lake="careful").answer[0])
+            if result.terminated:
+                wins += result.info["success"]
+                break
+    assert wins / 3000 == pytest.approx(exact, abs=0.03)  # SE about 0.009
+    assert exact > toward

@@ -6,7 +6,7 @@ from ragen.envs.sokoban import SokobanEnv
 from ragen.monitor.metrics import action_template
 from ragen.rollout.backends import make_generator
 from ragen.rollout.generator import kept_cache_episodes
-from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec
+from ragen.rollout.loop import EVAL_SEED_BASE, SPLIT_SEED_BASES, RolloutSpec
 from ragen.train import evaluator
 from ragen.train.evaluator import EvalRequest, eval_seeds, evaluate, summarize
 
@@ -43,7 +43,31 @@ def test_nothing_to_summarize_is_refused():
 
 
 def test_eval_seeds_are_the_same_for_every_call():
-    assert eval_seeds(3, 1_000_000_000) == [1_000_000_000, 1_000_000_001, 1_000_000_002]
+    assert eval_seeds(3) == [1_000_000_000, 1_000_000_001, 1_000_000_002]
+    assert eval_seeds(2, "test") == [3_000_000_000, 3_000_000_001]
+
+
+def test_the_splits_are_disjoint_from_each_other_and_from_training_seeds():
+    # Training seeds are drawn below EVAL_SEED_BASE; the largest evaluation of each split
+    # stays inside its own range, and test inside 32 bits.
+    dev, test = (eval_seeds(config.MAX_EVAL_EPISODES, s) for s in config.EVAL_SPLITS)
+    assert dev[0] == EVAL_SEED_BASE and dev[-1] < test[0] and test[-1] < 2**32
+    assert sorted(SPLIT_SEED_BASES) == sorted(config.EVAL_SPLITS)
+
+
+def test_a_test_split_evaluation_plays_the_test_seeds(tiny):
+    model, tokenizer = tiny
+    c = config.load(
+        "sokoban",
+        ["model.spec=tiny", "rollout.demos=0", "rollout.max_turns=1", "rollout.max_reply_tokens=4"],
+    )
+    request = EvalRequest(env="sokoban", n=2, split="test")
+    summary, episodes = evaluate(
+        make_generator("hf", model, tokenizer), tokenizer, c, request, progress=False
+    )
+    first = [e.turns[0].observation for e in episodes]
+    assert first == [SokobanEnv().reset(3_000_000_000 + i) for i in range(2)]
+    assert summary["split"] == "test"
 
 
 def test_an_eval_env_is_built_with_its_eval_options(tiny):

@@ -16,7 +16,7 @@ from ragen.monitor.jsonl import read_jsonl
 from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.train import checkpoint
 from ragen.train.scoring import policy_logprobs
-from ragen.train.trainer import Trainer, step_env_seeds
+from ragen.train.trainer import Trainer, out_of_budget, step_env_seeds
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
 
 SMALL = [
@@ -50,6 +50,13 @@ def _train(tmp_path, name, *overrides, resume=False):
 
 def _stable(record):
     return {k: v for k, v in record.items() if not k.startswith(("time", "perf/"))}
+
+
+def test_a_budget_ends_the_run_before_a_step_that_would_pass_it():
+    # 3 steps in 90 s: a 4th at 30 s ends at 120 s.
+    assert not out_of_budget(90.0, 3, 120.0)
+    assert out_of_budget(90.0, 3, 119.9)
+    assert out_of_budget(1.0, 0, 1.5)  # before any step: the elapsed time is the pace
 
 
 def test_env_seeds_are_fresh_each_step_and_below_eval_seeds():

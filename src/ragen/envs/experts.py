@@ -16,7 +16,9 @@ relates the two.
   horizon value iteration over the transition table); replanned each turn, after the slips.
   With ``lake="toward"``, the move along the goal's larger offset, repeated for the turn: a
   weaker player (`config.SftConfig.lake_expert`), but one whose move follows from where the
-  goal lies, which a model can read off the lake.
+  goal lies, which a model can read off the lake. With ``lake="careful"``, the move least
+  likely to slip into a hole beside, then the one landing nearest the goal on average,
+  repeated for the turn: also a function of what the ``offsets`` line says.
 - Bandit: the arm with the higher expected payoff.
 - Countdown: the instance's known expression.
 
@@ -89,6 +91,8 @@ def expert_move(
         return _sokoban(env, limit, located)
     if isinstance(env, FrozenLakeEnv) and lake == "toward":
         return _toward_lake(env, limit, located)
+    if isinstance(env, FrozenLakeEnv) and lake == "careful":
+        return _careful_lake(env, limit, located)
     if isinstance(env, FrozenLakeEnv):
         return _frozen_lake(env, limit, actions_left, located)
     if isinstance(env, BanditEnv):
@@ -334,6 +338,62 @@ def _toward_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
     moves = (move,) * limit
     why = f"{why}, so I go {' then '.join(moves)}."
     return ExpertMove(f"{goal_sentence(rows, state, located=located)} {why}", moves)
+
+
+def careful_cost(
+    rows: tuple[str, ...], table: tuple, cell: int, action: int
+) -> tuple[float, float]:
+    """(the chance that ``action`` from ``cell`` slips into a hole, the mean steps along rows
+    and columns from where it lands to the goal, holes ignored); rounded, as the slip
+    probabilities are 1/3 in floats that do not add up exactly. table: ``transition_table``."""
+    size, tiles = len(rows), "".join(rows)
+    goal_row, goal_col = divmod(tiles.index("G"), size)
+
+    def distance(to: int) -> int:
+        row, col = divmod(to, size)
+        return abs(goal_row - row) + abs(goal_col - col)
+
+    outcomes = table[cell][action]
+    fall = sum(p for p, to, _, _ in outcomes if tiles[to] == "H")
+    return round(fall, 9), round(sum(p * distance(to) for p, to, _, _ in outcomes), 9)
+
+
+def careful_move(rows: tuple[str, ...], table: tuple, cell: int) -> str:
+    """The action least likely to slip into a hole, then the one whose outcomes lie nearest the
+    goal on average, then `toward_goal`'s move, then the earlier in ACTIONS order: a rule that
+    reads only what the ``offsets`` line says, the goal's offsets and the holes beside the
+    player (a move's outcomes are its own cell and the two perpendicular ones, never the one
+    behind; with one hole beside, the safe move walks away from it). The tie goes toward the
+    goal: with no hole beside, the goal straight ahead is as near on average from a step
+    across as from a step at it, and the step at it is the one a reader expects."""
+    size = len(rows)
+    toward = toward_goal("".join(rows).index("G"), cell, size)
+    costs = [careful_cost(rows, table, cell, a) for a in range(len(LAKE_ACTIONS))]
+    return LAKE_ACTIONS[
+        min(range(len(LAKE_ACTIONS)), key=lambda a: (costs[a], LAKE_ACTIONS[a] != toward, a))
+    ]
+
+
+def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
+    """`careful_move`, `limit` times, and the thought that reads it off the offsets: "The goal
+    G is 2 below and 1 right of me. A hole O is 1 left of me. Down cannot slip into a hole and
+    lands nearest the goal, so I go Down."."""
+    rows, state = env.rows, env.state
+    if not rows:
+        raise ExpertError("the lake has no map yet: reset the env first")
+    if rows[state // len(rows)][state % len(rows)] in "GH":
+        raise ExpertError("the episode is over: the player is on the goal or in a hole")
+    table = transition_table(tuple(rows), env.slippery)
+    move = careful_move(rows, table, state)
+    fall, _ = careful_cost(rows, table, state, LAKE_ACTIONS.index(move))
+    if fall == 0:
+        why = f"{move} cannot slip into a hole and lands nearest the goal"
+    else:
+        why = f"Every move can slip into a hole; {move} risks it least"
+    moves = (move,) * limit
+    goal = goal_sentence(rows, state, located=located)
+    thought = f"{goal} {holes_beside(rows, state)} {why}, so I go {' then '.join(moves)}."
+    return ExpertMove(thought, moves)
 
 
 # ------------------------------------------------------------------ Bandit and Countdown

@@ -29,9 +29,13 @@ from ragen.rollout.generator import Generator, Request
 from ragen.rollout.rewards import resolve, shaping
 from ragen.rollout.trajectory import Trajectory, Turn
 
-# Evaluation seeds start here so they never coincide with training seeds (which count up
-# from the trainer's seed stream well below this).
+# Evaluation seeds start here so they never coincide with training seeds (which are drawn
+# below this). Two fixed, disjoint ranges (splits) follow: dev, the seeds every evaluation
+# has played and tuning may read, and test, seeds kept for a result's final figure. Each
+# range holds more seeds than one evaluation may play (config.MAX_EVAL_EPISODES), and test
+# stays below 2**32 (numpy's seed streams take any non-negative int, gymnasium's 32 bits).
 EVAL_SEED_BASE = 1_000_000_000
+SPLIT_SEED_BASES = {"dev": EVAL_SEED_BASE, "test": 3_000_000_000}
 _CALLS = itertools.count()
 _DEFAULT = RolloutConfig()
 

@@ -18,14 +18,16 @@ from ragen.monitor.metrics import action_template
 from ragen.monitor.paired import SEED_SUCCESSES
 from ragen.monitor.rundir import RunDir
 from ragen.rollout.generator import CachedGenerator, Generator, kept_cache_episodes
-from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
+from ragen.rollout.loop import SPLIT_SEED_BASES, RolloutSpec, rollout
 from ragen.rollout.trajectory import END_REASONS, Trajectory
 from ragen.sysmem import trim_heap
 from ragen.train import distributed
 
 
-def eval_seeds(n: int, base: int) -> list[int]:
-    """The fixed seeds of an evaluation of ``n`` levels: the same for every model and run."""
+def eval_seeds(n: int, split: str = "dev") -> list[int]:
+    """The fixed seeds of an evaluation of ``n`` levels of ``split`` (config.EVAL_SPLITS):
+    the same for every model and run."""
+    base = SPLIT_SEED_BASES[split]
     return list(range(base, base + n))
 
 
@@ -69,10 +71,11 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
 def format_summary(env: str, summary: dict) -> str:
     """A few human lines for the console."""
     ends = ", ".join(f"{k} {v:.0%}" for k, v in summary["end"].items() if v)
+    split = summary.get("split", "dev")  # summaries written before the splits played dev
     return (
         f"{env}: success {summary['success']:.2%}  pass@{summary['k']} "
         f"{summary['pass_at_k']:.2%}  reward {summary['reward_mean']:+.3f}  "
-        f"({summary['episodes']} episodes, {summary['seeds']} seeds)\n"
+        f"({summary['episodes']} episodes, {summary['seeds']} {split} seeds)\n"
         f"  turns {summary['turns_mean']:.2f}  actions {summary['actions_mean']:.2f}  "
         f"format-ok {summary['format_ok']:.2%}  reply tokens {summary['reply_tokens_mean']:.1f}  "
         f"one action sequence {summary['action_template_share']:.1%}\n"
@@ -97,12 +100,14 @@ _TRAINER = TrainerConfig()  # the evaluation defaults, defined there
 
 @dataclass(frozen=True)
 class EvalRequest:
-    """What to evaluate: ``n`` fixed seeds of ``env``, ``k`` tries each, at ``temperature``."""
+    """What to evaluate: ``n`` fixed seeds of ``env`` from ``split``, ``k`` tries each, at
+    ``temperature``."""
 
     env: str
     n: int = _TRAINER.eval_episodes
     k: int = _TRAINER.eval_k
     temperature: float = _TRAINER.eval_temperature
+    split: str = _TRAINER.eval_split
 
 
 def eval_wave(generator: Generator, spec: RolloutSpec, k: int, seeds: int) -> int:
@@ -131,7 +136,7 @@ def evaluate(
 
     started = time.perf_counter()
     spent, counts = phases.totals(), asdict(generator.stats)
-    seeds = eval_seeds(request.n, EVAL_SEED_BASE)
+    seeds = eval_seeds(request.n, request.split)
     mine = distributed.shard(len(seeds))
     wave = eval_wave(generator, spec, request.k, len(mine))
     bar.total = spec.max_turns * max(1, -(-len(mine) // wave))
@@ -158,7 +163,7 @@ def evaluate(
         bar.close()
         trim_heap()  # the episodes' KV caches, freed: see ragen.sysmem
     summary = summarize(trajectories)
-    summary.update(env=request.env, temperature=request.temperature)
+    summary.update(env=request.env, temperature=request.temperature, split=request.split)
     summary["seconds"] = round(time.perf_counter() - started, 2)
     summary["cost"] = _cost(spent, counts, phases.totals(), asdict(generator.stats))
     return summary, trajectories

@@ -221,6 +221,12 @@ def _reference(policy, kl_coef: float, temperature: float):
     return ref_logprobs, None if model is policy else model
 
 
+def out_of_budget(elapsed: float, steps_done: int, budget: float) -> bool:
+    """Whether one more step, at the mean pace of the ``steps_done`` steps that took
+    ``elapsed`` seconds, would end past ``budget`` seconds."""
+    return elapsed + elapsed / max(1, steps_done) > budget
+
+
 class Trainer:
     """Owns the models, the run directory and the step counter."""
 
@@ -308,7 +314,9 @@ class Trainer:
     def is_last(self, step: int) -> bool:
         """The run's final step: the configured count, a stop, or the wall-clock budget."""
         t = self.config.trainer
-        out_of_time = t.max_minutes > 0 and time.monotonic() - self.started > 60 * t.max_minutes
+        out_of_time = t.max_minutes > 0 and out_of_budget(
+            time.monotonic() - self.started, step + 1 - self.start_step, 60 * t.max_minutes
+        )
         out_of_time = distributed.broadcast(out_of_time)  # rank 0's clock: every rank agrees
         if out_of_time and self.stopped_at is None:
             say(f"[step {step}] trainer.max_minutes={t.max_minutes:g} reached: last step")
@@ -547,7 +555,11 @@ class Trainer:
         self.sampler.refresh()
         for env in self.config.env.eval_names or [self.config.env.name]:
             request = EvalRequest(
-                env=env, n=t.eval_episodes, k=t.eval_k, temperature=t.eval_temperature
+                env=env,
+                n=t.eval_episodes,
+                k=t.eval_k,
+                temperature=t.eval_temperature,
+                split=t.eval_split,
             )
             with fsdp.full_weights(self.m.policy):  # the seeds are shared unevenly
                 summary, _ = evaluate(
