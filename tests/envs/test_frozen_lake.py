@@ -342,3 +342,40 @@ def test_with_offsets_the_relative_thought_is_the_lines_words_about_me():
     for demo in env.demonstrations():
         said = demo.observation.splitlines()[-1]
         assert demo.thought.startswith(said.replace("you", "me").removesuffix("."))
+
+
+def test_coord_renders_ragen2s_coordinate_block_above_the_lake():
+    # RAGEN-2's own example (map SFFF/FHFF/FFFH/HFFG), byte for byte: the header spaces too.
+    env = envs.make("frozen-lake", coord=True)
+    assert env.load(("SFFF", "FHFF", "FFFH", "HFFG"), 0) == (
+        "Coordinates: \n"
+        "Board size: 4 rows x 4 cols (zero-indexed).\n"
+        "Start: (0, 0)\n"
+        "Goal: (3, 3)\n"
+        "Player: (0, 0)\n"
+        "Holes: (1, 1), (2, 3), (3, 0)\n"
+        "Grid Map: \n"
+        "P___\n_O__\n___O\nO__G"
+    )
+    assert "Coordinates are (row, col), counted from (0, 0) at the top-left." in (
+        env.instructions()
+    )
+    assert "Coordinates" not in envs.make("frozen-lake").instructions()
+
+
+@pytest.mark.parametrize(
+    ("rows", "action", "line"),
+    [
+        (("SG", "FF"), "Right", "Player on goal: (0, 1)"),  # no slip on this lake
+        (("SH", "FG"), "Right", "Player in hole: (0, 1)"),
+    ],
+)
+def test_coord_names_the_player_by_the_tile_under_it(rows, action, line):
+    env = envs.make("frozen-lake", coord=True, slippery=False, spaced=True, offsets=True)
+    env.load(rows, 0)
+    observation = env.step(action).observation
+    assert line in observation.splitlines()
+    # the other options still draw as before, under the block
+    assert observation.endswith(draw(rows, 1, spaced=True, offsets=True))
+    holes = "Holes: (0, 1)" in observation
+    assert holes == ("H" in "".join(rows))

@@ -245,3 +245,23 @@ def test_the_large_rooms_thought_names_the_box_pushed_first_and_its_nearest_targ
     assert demo.observation.splitlines()[3:7] == ["###PX_O#", "##_X___#", "##__##_#", "##_O___#"]
     assert demo.answer[:2] == ("Down", "Down")
     assert demo.thought == "A box X is 1 below me. A target O is 2 below it. I push the box Down."
+
+
+def test_coord_renders_ragen2s_coordinate_block_above_the_room():
+    # Two targets, one covered by a box; the player stands on the other.
+    room = Room.from_text("######\n#____#\n#_X__#\n#__√_#\n#S___#\n######")
+    env = envs.make("sokoban", coord=True)
+    assert env.load(room) == (
+        "Coordinates: \n"
+        "Board size: 6 rows x 6 cols (zero-indexed).\n"
+        "Targets: (3, 3), (4, 1)\n"
+        "Boxes: (2, 2)\n"
+        "Boxes on target: (3, 3)\n"
+        "Player on target: (4, 1)\n"
+        "Grid Map: \n"
+        "######\n#____#\n#_X__#\n#__√_#\n#S___#\n######"
+    )
+    # Up from (4, 1) to (3, 1): off the target; the block follows the move
+    after = env.step("Up").observation.splitlines()
+    assert after[5] == "Player: (3, 1)" and after[-3] == "#P_√_#"
+    assert "Coordinates are (row, col)" in env.instructions()

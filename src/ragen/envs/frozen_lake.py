@@ -192,21 +192,52 @@ def draw(
     spaced: bool = False,
     positions: bool = False,
     offsets: bool = False,
+    coord: bool = False,
 ) -> str:
     """The lake as the agent sees it, with the player on cell `state`; `spaced` puts a space
     between cells, `positions` adds the line of `describe_positions`, `offsets` the line of
-    `describe_offsets`."""
+    `describe_offsets`, `coord` puts `describe_coordinates` above the lake."""
     size = len(rows)
     cells = [[_TILE[t] for t in line] for line in rows]
     row, col = divmod(state, size)
     cells[row][col] = _PLAYER[rows[row][col]]
     gap = " " if spaced else ""
     lake = "\n".join(gap.join(line) for line in cells)
-    lines = [lake]
+    lines = [describe_coordinates(rows, state), lake] if coord else [lake]
     if positions:
         lines.append(describe_positions(rows, state))
     if offsets:
         lines.append(describe_offsets(rows, state))
+    return "\n".join(lines)
+
+
+# The sentence upstream's coordinate envs mean to add to their instructions (RAGEN-2 never
+# appends it, and its text says coordinates reach (5, 5) on a 4×4 lake).
+_COORD_HINT = "Coordinates are (row, col), counted from (0, 0) at the top-left.\n"
+# What RAGEN-2's coordinate observations call the player, by the tile under it.
+_COORD_PLAYER = {"S": "Player", "F": "Player", "H": "Player in hole", "G": "Player on goal"}
+
+
+def describe_coordinates(rows: tuple[str, ...], state: int) -> str:
+    """RAGEN-2's coordinate block (its ``grid_coord`` observations): the board size, then one
+    line per kind of thing present, ``Label: (row, col), …`` zero-based from the top-left in
+    row-major order (Start, Goal, the player, Holes), then the ``Grid Map: `` header the lake
+    follows; the spaces after the two headers are upstream's."""
+    size, tiles = len(rows), "".join(rows)
+
+    def at(*cells: int) -> str:
+        return ", ".join("({}, {})".format(*divmod(cell, size)) for cell in cells)
+
+    holes = [cell for cell, tile in enumerate(tiles) if tile == "H"]
+    lines = [
+        "Coordinates: ",
+        f"Board size: {size} rows x {size} cols (zero-indexed).",
+        f"Start: {at(tiles.index('S'))}",
+        f"Goal: {at(tiles.index('G'))}",
+        f"{_COORD_PLAYER[tiles[state]]}: {at(state)}",
+        *([f"Holes: {at(*holes)}"] if holes else []),
+        "Grid Map: ",
+    ]
     return "\n".join(lines)
 
 
@@ -275,7 +306,8 @@ class FrozenLakeEnv:
     goal on random distinct cells, as RAGEN's lakes, instead of the top-left and
     bottom-right corners), positions (a line under the lake with the row and column of the
     player, the goal and the holes), offsets (a line with the goal's place from the player
-    and the holes beside it).
+    and the holes beside it), coord (RAGEN-2's coordinate block above the lake, as its
+    CoordFrozenLake shows it: `describe_coordinates`).
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -291,6 +323,7 @@ class FrozenLakeEnv:
         random_ends: bool = False,
         positions: bool = False,
         offsets: bool = False,
+        coord: bool = False,
     ) -> None:
         self.size = check_int("size", size, 2, MAX_SIZE)
         self.p = check_probability("p", p, allow_zero=False)
@@ -299,6 +332,7 @@ class FrozenLakeEnv:
         self.random_ends = check_bool("random_ends", random_ends)
         self.positions = check_bool("positions", positions)
         self.offsets = check_bool("offsets", offsets)
+        self.coord = check_bool("coord", coord)
         self.max_tries = check_int("max_tries", max_tries, 1, MAX_TRIES)
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
@@ -316,7 +350,8 @@ class FrozenLakeEnv:
             "and slide to each of the two perpendicular directions with probability 1/3. "
             "Walking into the edge leaves you where you are.\n"
             "Symbols: P you, _ frozen ice, O hole, G goal, X you in a hole, √ you on the goal.\n"
-            "Reward: 1 for reaching the goal, 0 otherwise.\n"
+            + (_COORD_HINT if self.coord else "")
+            + "Reward: 1 for reaching the goal, 0 otherwise.\n"
             f"Actions: {', '.join(ACTIONS)}."
         )
 
@@ -343,6 +378,7 @@ class FrozenLakeEnv:
                 random_ends=self.random_ends,
                 positions=self.positions,
                 offsets=self.offsets,
+                coord=self.coord,
             )
             observation = other.reset(seed)
             path = shortest_path(other.rows)
@@ -405,7 +441,7 @@ class FrozenLakeEnv:
         view = self._views[self._state]
         if view is None:
             view = self._views[self._state] = draw(
-                self.rows, self._state, self.spaced, self.positions, self.offsets
+                self.rows, self._state, self.spaced, self.positions, self.offsets, self.coord
             )
         return view
 

@@ -101,6 +101,9 @@ _BRUSHES = (
 # Left, Left: push it left) and in the 8×8 two-box room (Down..., Left...), so the
 # examples point to no fixed first action.
 _DEMO_SEEDS = (2_000_000_000, 2_000_000_001)
+# The sentence upstream's coordinate envs mean to add to their instructions (RAGEN-2 never
+# appends it).
+_COORD_HINT = "Coordinates are (row, col), counted from (0, 0) at the top-left.\n"
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,34 @@ def _draw(
     w = room.width
     gap = " " if spaced else ""
     return "\n".join(gap.join(cells[r * w : (r + 1) * w]) for r in range(room.height))
+
+
+def describe_coordinates(room: Room, boxes: Iterable[int], player: int) -> str:
+    """RAGEN-2's coordinate block (its ``grid_coord`` observations): the board size, then one
+    line per kind of thing present, ``Label: (row, col), …`` zero-based from the top-left in
+    row-major order (Targets, covered ones too; Boxes; Boxes on target; the player; walls
+    are not listed), then the ``Grid Map: `` header the grid follows; the spaces after the
+    two headers are upstream's."""
+    w = room.width
+
+    def at(cells: Iterable[int]) -> str:
+        return ", ".join("({}, {})".format(*divmod(cell, w)) for cell in sorted(cells))
+
+    boxes = set(boxes)
+    kinds = (
+        ("Targets", room.targets),
+        ("Boxes", boxes - room.targets),
+        ("Boxes on target", boxes & room.targets),
+        ("Player on target" if player in room.targets else "Player", {player}),
+    )
+    return "\n".join(
+        [
+            "Coordinates: ",
+            f"Board size: {room.height} rows x {w} cols (zero-indexed).",
+            *(f"{label}: {at(cells)}" for label, cells in kinds if cells),
+            "Grid Map: ",
+        ]
+    )
 
 
 def check_symbols(symbols: Mapping[str, str]) -> Mapping[str, str]:
@@ -448,7 +479,9 @@ class SokobanEnv:
 
     `spaced=True` draws a space between cells. Byte-pair tokenizers merge runs of wall and
     floor (SmolLM2's makes `####` and `____` one token each), so in the unspaced grid a
-    cell's column is not its token position; spaced, every cell is one token.
+    cell's column is not its token position; spaced, every cell is one token. `coord=True`
+    puts RAGEN-2's coordinate block above the grid, as its CoordSokoban shows it
+    (`describe_coordinates`).
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -464,11 +497,13 @@ class SokobanEnv:
         pull_steps: int | None = None,
         max_tries: int = 100,
         spaced: bool = False,
+        coord: bool = False,
     ) -> None:
         check_room_options(height, width, num_boxes)
         check_generator_options(carve_steps, pull_steps, max_tries)
         self.symbols = check_symbols(symbols)
         self.spaced = check_bool("spaced", spaced)
+        self.coord = check_bool("coord", coord)
         self._generator_options: _GeneratorOptions = {
             "height": height,
             "width": width,
@@ -493,7 +528,8 @@ class SokobanEnv:
             "box by walking into it, but you cannot pull it, and you cannot push two boxes at "
             "once or push a box into a wall.\n"
             f"Symbols: {legend}.\n"
-            "Rewards: -0.1 per action, +1 for a box pushed onto a target, -1 for a box pushed "
+            + (_COORD_HINT if self.coord else "")
+            + "Rewards: -0.1 per action, +1 for a box pushed onto a target, -1 for a box pushed "
             "off a target, +10 when all boxes are on targets.\n"
             f"Actions: {', '.join(ACTIONS)}."
         )
@@ -511,7 +547,12 @@ class SokobanEnv:
         """
         worked = []
         for seed in _DEMO_SEEDS:
-            other = SokobanEnv(**self._generator_options, symbols=self.symbols, spaced=self.spaced)
+            other = SokobanEnv(
+                **self._generator_options,
+                symbols=self.symbols,
+                spaced=self.spaced,
+                coord=self.coord,
+            )
             observation = other.reset(seed)
             try:
                 solution = solve(other.room)
@@ -534,7 +575,7 @@ class SokobanEnv:
         self._player = room.player
         self._offsets = room.offsets()
         self._budget.start()
-        self._text = room.render(self.symbols, self.spaced)
+        self._text = self._view()
         return self._text
 
     def step(self, action: str) -> StepResult:
@@ -552,7 +593,7 @@ class SokobanEnv:
         if solved:
             reward += SOLVED_BONUS
         truncated = self._budget.close(terminated=solved)
-        self._text = _draw(room, self._boxes, self._player, self.symbols, self.spaced)
+        self._text = self._view()
         return StepResult(
             self._text, reward, solved, truncated, info(solved, True, moved is not None)
         )
@@ -575,6 +616,16 @@ class SokobanEnv:
         boxes.add(beyond)
         self._player = ahead
         return BOX_ON_TARGET * ((beyond in targets) - (ahead in targets))
+
+    def _view(self) -> str:
+        """What the agent sees of the current state: the grid, under the coordinate block
+        with ``coord``."""
+        room = self._room
+        assert room is not None  # load() sets the room before any view
+        grid = _draw(room, self._boxes, self._player, self.symbols, self.spaced)
+        if not self.coord:
+            return grid
+        return f"{describe_coordinates(room, self._boxes, self._player)}\n{grid}"
 
     def render(self) -> str:
         return self._text
