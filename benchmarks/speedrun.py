@@ -392,18 +392,20 @@ def main(argv: list[str] | None = None) -> None:
     print(f"speedrun {args.name}: {args.budget:g} min budget, {args.seeds} seeds -> {args.out}")
     info = machine()
     before_folder = args.out / "before"
+    before_folder.mkdir(exist_ok=True)
     log = args.out / "speedrun.log"
-    if not (before_folder / "test" / "eval.jsonl").exists():
-        shutil.rmtree(before_folder, ignore_errors=True)
-        before_folder.mkdir()
-        evaluate(args, None, 0, ("test", args.test_n, 0.5), before_folder / "test", log)
-        evaluate(args, None, 0, ("dev", args.dev_n, 0.5), before_folder / "dev", log)
+    for split, n in (("test", args.test_n), ("dev", args.dev_n)):
+        if not (before_folder / split / "eval.jsonl").exists():  # kept from an earlier start
+            shutil.rmtree(before_folder / split, ignore_errors=True)
+            evaluate(args, None, 0, (split, n, 0.5), before_folder / split, log)
     before_dev = evaluations(before_folder / "dev")[-1]
     before = {"test": rate_and_error(evaluations(before_folder / "test")[-1])}
     before["dev"] = before_dev["success"]
-    # A stage's last dev evaluation runs after its budget check: each stage leaves it the
-    # time the starting model's took.
-    args.dev_eval_minutes = before_dev["seconds"] / 60
+    # A stage's last dev evaluation runs after its budget check, so each stage leaves it time:
+    # the starting model's, as if its episodes had lasted every turn (a model that cannot
+    # write the format yet ends them at its first reply).
+    turns = before_dev["turns_mean"] or 1.0
+    args.dev_eval_minutes = before_dev["seconds"] / 60 * cfg.rollout.max_turns / turns
     records, killed = [], []
     for seed in range(args.seeds):
         folder = args.out / f"seed-{seed}"
