@@ -1,3 +1,4 @@
+import io
 import json
 import os
 import subprocess
@@ -224,3 +225,35 @@ def test_an_unknown_architecture_is_refused_in_one_line(tiny_folder):
     with pytest.raises(models.ModelError, match=r"its config\.json is not a model config") as err:
         models.build_skeleton(str(tiny_folder))
     assert "\n" not in str(err.value)
+
+
+def _with_own_code(folder: Path) -> Path:
+    """``folder``'s config pointed at a configuration class in its own evilcode.py, which
+    leaves a file behind when it is imported; the marker file's path is returned."""
+    marker = folder / "code-ran"
+    (folder / "evilcode.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        "from transformers import LlamaConfig\n"
+        "class EvilConfig(LlamaConfig):\n    model_type = 'llama'\n"
+    )
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "evilcode.EvilConfig"}
+    (folder / "config.json").write_text(json.dumps(config))
+    return marker
+
+
+def test_a_folder_that_ships_code_is_refused_unless_trusted(tiny_folder, capsys, monkeypatch):
+    marker = _with_own_code(tiny_folder)
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 10))  # a yes on stdin changes nothing
+    with pytest.raises(models.ModelError, match=r"model\.trust_remote_code=true") as err:
+        models.build_skeleton(str(tiny_folder))
+    assert "\n" not in str(err.value)
+    argv = ["eval", "--env", "bandit", "--model", str(tiny_folder), "--out", str(tiny_folder / "e")]
+    assert main(argv) == 2
+    out = capsys.readouterr().err
+    assert out.count("\n") == 1 and "trust_remote_code" in out
+    assert main(["model", "info", str(tiny_folder)]) == 2
+    assert not marker.exists()
+    # trusted, the folder's code runs as transformers runs it
+    models.build_skeleton(str(tiny_folder), trust_remote_code=True)
+    assert marker.read_text() == "ran"

@@ -48,7 +48,10 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
     models.prepare(args.spec)  # conversion time is not load time
     started = time.perf_counter()
     model, tokenizer = models.load_policy(
-        args.spec, dtype=args.dtype, allow_download=args.allow_download
+        args.spec,
+        dtype=args.dtype,
+        allow_download=args.allow_download,
+        trust_remote_code=args.trust_remote_code,
     )
     load_s = time.perf_counter() - started
     facts = models.describe(model, tokenizer)
@@ -73,7 +76,10 @@ def _cmd_model_chat(args: argparse.Namespace) -> int:
     else:
         raise UsageError('usage: ragen model chat [SPEC] "text" (quote the text)')
     model, tokenizer = models.load_policy(
-        spec, dtype=args.dtype, allow_download=args.allow_download
+        spec,
+        dtype=args.dtype,
+        allow_download=args.allow_download,
+        trust_remote_code=args.trust_remote_code,
     )
     print(models.greedy_reply(model, tokenizer, text, max_new_tokens=args.max_new_tokens))
     return EXIT_OK
@@ -295,6 +301,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         dtype=cfg.model.dtype,
         device=str(resolve_device(cfg.trainer.device)),
         allow_download=cfg.model.allow_download,
+        trust_remote_code=cfg.model.trust_remote_code,
     )
     generator = make_generator(args.backend, model, tokenizer, attention=cfg.model.attention)
     request = EvalRequest(
@@ -367,6 +374,11 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
         "--allow-download",
         action="store_true",
         help="allow fetching a Hugging Face Hub id (off: never touch the network)",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the Python code a model folder ships (off: such a folder is refused)",
     )
 
 

@@ -94,6 +94,9 @@ class ModelConfig:
     transformers' own. Only models loaded with sdpa are changed."""
     allow_download: bool = False
     """Let a Hub id in spec be downloaded; off means ragen never touches the network."""
+    trust_remote_code: bool = False
+    """Run the Python code a model folder ships (its config.json's auto_map). Off: such a
+    folder is refused in one line, and nothing in it runs."""
     lora_rank: int = opt(0, ge=0)
     """LoRA rank; 0 trains all weights (the paper's LoRA runs used 64)."""
     lora_alpha: int = opt(64, ge=1)

@@ -215,8 +215,12 @@ def resolve_dtype(name: str, device: str | torch.device = "cpu") -> torch.dtype:
     return getattr(torch, name)
 
 
-def load_tokenizer(spec: str = DEFAULT_SPEC, *, allow_download: bool = False):
-    """Load the tokenizer of ``spec`` ready for batched generation (left padding, pad id set)."""
+def load_tokenizer(
+    spec: str = DEFAULT_SPEC, *, allow_download: bool = False, trust_remote_code: bool = False
+):
+    """Load the tokenizer of ``spec`` ready for batched generation (left padding, pad id set).
+    A folder's own code (its config's ``auto_map``) runs only with ``trust_remote_code``;
+    without it such a folder is a ModelError, never a question on standard input."""
     from transformers import AutoTokenizer
 
     source = resolve(spec)
@@ -224,9 +228,13 @@ def load_tokenizer(spec: str = DEFAULT_SPEC, *, allow_download: bool = False):
         source = resolve(DEFAULT_SPEC)
     location = _load_location(source, allow_download)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=not allow_download)
+        tokenizer = AutoTokenizer.from_pretrained(
+            location, local_files_only=not allow_download, trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError) as err:
-        raise ModelError(f"could not load a tokenizer from {location}: {_line(err)}") from None
+        raise ModelError(
+            f"could not load a tokenizer from {location}: {_remote_code_line(err)}"
+        ) from None
     # Decoder-only batched generation appends to the right, so prompts must be left-padded.
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -307,16 +315,28 @@ def check_folder(folder: Path) -> None:
             ) from None
 
 
-def _read_config(location: str, allow_download: bool):
+def _read_config(location: str, allow_download: bool, trust_remote_code: bool = False):
     """The transformers config at ``location`` (config.json only)."""
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(location, local_files_only=not allow_download)
+        return AutoConfig.from_pretrained(
+            location, local_files_only=not allow_download, trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError) as err:
         raise ModelError(
-            f"{location}: its config.json is not a model config: {_line(err)}"
+            f"{location}: its config.json is not a model config: {_remote_code_line(err)}"
         ) from None
+
+
+def _remote_code_line(err: BaseException) -> str:
+    """``err`` in one line; for a folder that ships its own code, the setting that runs it."""
+    if "trust_remote_code" not in str(err):
+        return _line(err)
+    return (
+        "it ships its own Python code (config.json's auto_map), which ragen runs only when "
+        "you trust it: set model.trust_remote_code=true (ragen model: --trust-remote-code)"
+    )
 
 
 def _tiny_config(vocab_size: int, eos_token_id: int | None):
@@ -351,7 +371,9 @@ def build_tiny(vocab_size: int, *, seed: int = 0, eos_token_id: int | None = Non
     return model.eval()
 
 
-def build_skeleton(spec: str = DEFAULT_SPEC, *, allow_download: bool = False):
+def build_skeleton(
+    spec: str = DEFAULT_SPEC, *, allow_download: bool = False, trust_remote_code: bool = False
+):
     """The causal LM of ``spec`` on the ``meta`` device: every module and shape, no weights
     read and no memory taken, for checks made before a run starts."""
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
@@ -362,10 +384,10 @@ def build_skeleton(spec: str = DEFAULT_SPEC, *, allow_download: bool = False):
         with torch.device("meta"):
             return LlamaForCausalLM(_tiny_config(len(tokenizer), tokenizer.eos_token_id))
     location = _load_location(source, allow_download)
-    config = _read_config(location, allow_download)
+    config = _read_config(location, allow_download, trust_remote_code)
     try:
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(config)
+            return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     except (ValueError, TypeError, KeyError) as err:
         raise ModelError(
             f"{location}: no causal LM can be built from its config: {_line(err)}"
@@ -379,13 +401,17 @@ def load_policy(
     device: str = "cpu",
     allow_download: bool = False,
     seed: int = 0,
+    trust_remote_code: bool = False,
 ):
-    """Load ``(model, tokenizer)`` for a spec, in eval mode, on ``device``, in ``dtype``."""
+    """Load ``(model, tokenizer)`` for a spec, in eval mode, on ``device``, in ``dtype``; a
+    folder's own code runs only with ``trust_remote_code`` (see `load_tokenizer`)."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     torch_dtype = resolve_dtype(dtype, device)
-    tokenizer = load_tokenizer(spec, allow_download=allow_download)
+    tokenizer = load_tokenizer(
+        spec, allow_download=allow_download, trust_remote_code=trust_remote_code
+    )
     source = resolve(spec)
     if source.kind == "tiny":
         model = build_tiny(len(tokenizer), seed=seed, eos_token_id=tokenizer.eos_token_id)
@@ -393,10 +419,15 @@ def load_policy(
         location = _load_location(source, allow_download)
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                location, dtype=torch_dtype, local_files_only=not allow_download
+                location,
+                dtype=torch_dtype,
+                local_files_only=not allow_download,
+                trust_remote_code=trust_remote_code,
             )
         except (OSError, ValueError, SafetensorError) as err:
-            raise ModelError(f"could not load a causal LM from {location}: {_line(err)}") from None
+            raise ModelError(
+                f"could not load a causal LM from {location}: {_remote_code_line(err)}"
+            ) from None
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device=device, dtype=torch_dtype).eval(), tokenizer

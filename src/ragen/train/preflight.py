@@ -29,7 +29,9 @@ def check_runnable(config: Config) -> None:
     check_demonstrations(config, [config.env.name, *config.env.eval_names])
     import_estimator(config)  # user code, imported only now that a run starts
     m = config.model
-    skeleton = models.build_skeleton(m.spec, allow_download=m.allow_download)
+    skeleton = models.build_skeleton(
+        m.spec, allow_download=m.allow_download, trust_remote_code=m.trust_remote_code
+    )
     if m.lora_rank > 0:
         check_lora(skeleton, m)
 

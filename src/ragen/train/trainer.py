@@ -190,6 +190,7 @@ def load_master_policy(config: Config, device: torch.device):
         device=str(device),
         allow_download=m.allow_download,
         seed=config.trainer.seed,
+        trust_remote_code=m.trust_remote_code,
     )
 
 
