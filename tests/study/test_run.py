@@ -228,3 +228,13 @@ def test_the_time_left_is_the_pace_of_the_done_runs_of_each_command(tmp_path):
     state.mark(a0, "done", minutes=30.0)
     state.mark(b0, "done", minutes=20.0)
     assert runner.time_left(planned, state) == 4.0 + 2 * 25.0  # seed 1: a warm start, two runs
+
+
+def test_a_study_launches_its_runs_without_importing_the_working_directory(tmp_path, monkeypatch):
+    # A yaml.py beside the user would be imported in PyYAML's place by `python -m ragen`.
+    marker = tmp_path / "imported"
+    (tmp_path / "yaml.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "command_line", lambda run, resume: ["config", "show", "bandit"])
+    assert runner.launch_process(None, resume=False) == 0  # a preset, read with PyYAML
+    assert not marker.exists()

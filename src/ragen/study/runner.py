@@ -53,8 +53,11 @@ def command_line(run: PlannedRun, resume: bool) -> list[str]:
 
 
 def launch_process(run: PlannedRun, resume: bool) -> int:
-    """Run ``run`` as its own process of this Python; its output goes to the terminal."""
-    command = [sys.executable, "-m", "ragen", *command_line(run, resume)]
+    """Run ``run`` as its own process of this Python; its output goes to the terminal.
+    ``-P``: the working directory is not put on the import path, so a ``yaml.py`` (or any
+    module) lying there is never imported in ragen's place; PYTHONPATH and installed
+    packages still reach user envs."""
+    command = [sys.executable, "-P", "-m", "ragen", *command_line(run, resume)]
     return subprocess.run(command, check=False).returncode
 
 
