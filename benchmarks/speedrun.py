@@ -68,7 +68,7 @@ RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).parent.parent / "docs" / "speedrun"
 RAGEN = Path(sys.executable).parent / "ragen"  # the console script: the cwd is not imported
 RECORD = "speedrun.json"  # a finished seed's record, in its run folder
-MIN_STAGE_MINUTES = 1.0  # an RL stage with less time left than this is not started
+MIN_STAGE_MINUTES = 1.0  # an RL stage left less training time than this is not started
 STARTUP_MINUTES = 0.25  # a stage's process start and model load, before its trainer's clock
 TEST_TEMPERATURES = {"t0.5": 0.5, "greedy": 0.0}  # the final figure's, and greedy beside it
 TARGETS = {"frozen-lake": 0.45, "sokoban": 0.35, "bandit": 1.0}  # issue 49's test targets
@@ -138,6 +138,26 @@ def rate_and_error(summary: dict) -> dict:
     }
 
 
+def lake_agreement(episodes_file: Path, options: dict) -> dict:
+    """The share of a FrozenLake evaluation's moves that equal the careful rule's and the
+    toward rule's from the cell each was made on: each episode replayed from its seed, whose
+    slip stream makes every move land where it landed. What the policy reads of the lake,
+    beside the share of episodes one action sequence took."""
+    env = envs.make("frozen-lake", **options)
+    same = {"careful": 0, "toward": 0}
+    moves = 0
+    for episode in read_jsonl(episodes_file).records:
+        env.reset(int(episode["seed"]))
+        table, goal = transition_table(env.rows, env.slippery), "".join(env.rows).index("G")
+        for action in (a for turn in episode["turns"] for a in turn["actions"]):
+            same["careful"] += action == careful_move(env.rows, table, env.state)
+            same["toward"] += action == toward_goal(goal, env.state, len(env.rows))
+            moves += 1
+            if env.step(action).terminated:
+                break
+    return {who: count / moves if moves else None for who, count in same.items()}
+
+
 def evaluate(
     args: argparse.Namespace,
     model: str | None,
@@ -182,11 +202,11 @@ def one_seed(args: argparse.Namespace, seed: int, folder: Path) -> dict:
         stages["sft"] = {"minutes": seconds / 60, "steps": len(ends)}
         curve += dev_points("sft", sft, ends)
         model = str(last_checkpoint(sft))
-    left_s = budget_s - (time.perf_counter() - clock)
-    if left_s >= 60 * MIN_STAGE_MINUTES:
+    left = (budget_s - (time.perf_counter() - clock)) / 60
+    minutes = left - STARTUP_MINUTES - args.dev_eval_minutes  # the RL stage's own budget
+    if minutes >= MIN_STAGE_MINUTES:
         rl = folder / "rl"
         every = args.dev_every or config.MAX_STEPS  # 0: only after the last step
-        minutes = max(left_s / 60 - STARTUP_MINUTES - args.dev_eval_minutes, 0.1)
         command = [
             str(RAGEN), "train", args.preset, *common, *dev,
             *([f"model.spec={json.dumps(model)}"] if model else []),
@@ -386,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = config.load(args.preset, args.overrides)
     except config.ConfigError as err:
         raise SystemExit(f"the recipe is refused: {err}") from None
-    args.env_name = cfg.env.name
+    args.env_name, args.env_options = cfg.env.name, dict(cfg.env.options)
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"speedrun {args.name}: {args.budget:g} min budget, {args.seeds} seeds -> {args.out}")
@@ -421,6 +441,13 @@ def main(argv: list[str] | None = None) -> None:
     for aside in sorted(args.out.glob("seed-*.killed-*")):
         if str(aside) not in {k["folder"] for k in killed}:
             killed.append(killed_record(aside))
+    if args.env_name == "frozen-lake":  # read from the episodes kept, whenever they ran
+        for record in records:
+            for name in TEST_TEMPERATURES:
+                episodes = args.out / f"seed-{record['training_seed']}" / f"test-{name}"
+                record["test"][name]["same_move_as"] = lake_agreement(
+                    episodes / "trajectories" / "eval.jsonl", args.env_options
+                )
     target = TARGETS.get(args.env_name)
     result = {
         "name": args.name,

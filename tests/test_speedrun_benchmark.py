@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 import speedrun
 from ragen import envs
-from ragen.envs.experts import goal_probabilities
+from ragen.envs.experts import expert_move, goal_probabilities
 from ragen.envs.frozen_lake import transition_table
 from ragen.train.evaluator import eval_seeds
 
@@ -75,3 +75,27 @@ def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
     assert (out / "seed-0" / "speedrun.log").read_text() == log
     again = json.loads((tmp_path / "results" / "speedrun_tiny.json").read_text())
     assert again["runs"] == result["runs"]
+
+
+def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
+    # Episodes played by the careful expert itself agree with it on every move; the same
+    # moves reversed (Left for Right, Up for Down) on almost none.
+    options = {"random_ends": True}
+    env, played = envs.make("frozen-lake", **options), []
+    for seed in eval_seeds(8, "test"):
+        env.reset(seed)
+        moves = []
+        for left in range(10, 0, -1):
+            (move,) = expert_move(env, 1, left, lake="careful").answer
+            moves.append(move)
+            if env.step(move).terminated:
+                break
+        played.append({"seed": seed, "turns": [{"actions": [m]} for m in moves]})
+    file = tmp_path / "eval.jsonl"
+    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    assert speedrun.lake_agreement(file, options)["careful"] == 1.0
+    flip = {"Left": "Right", "Right": "Left", "Up": "Down", "Down": "Up"}
+    for episode in played:
+        episode["turns"] = [{"actions": [flip[t["actions"][0]]]} for t in episode["turns"]]
+    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    assert speedrun.lake_agreement(file, options)["careful"] < 0.2

@@ -40,6 +40,9 @@ _MAX_EXTENDS_DEPTH = 8
 MAX_EVAL_EPISODES = 1_000_000
 """Most episodes one evaluation may run (trainer.eval_episodes × trainer.eval_k, `ragen eval
 --n` × `--k`)."""
+MAX_LR = 1.0
+"""Largest learning rate accepted: AdamW moves each weight by about the learning rate a
+step, so above this every weight leaves any range a model works in within one update."""
 MAX_EPISODES_PER_STEP = 65_536
 """Most episodes one training step rolls out (rollout.groups × rollout.group_size)."""
 MAX_STEPS = 1_000_000
@@ -308,9 +311,9 @@ class TrainerConfig:
     kernels, so that a rerun or a resumed run repeats the same numbers (some GPU kernels add
     in a varying order otherwise); false trades that for the fused kernels' speed and memory.
     CPU runs repeat either way."""
-    actor_lr: float = opt(1e-6, gt=0.0)
+    actor_lr: float = opt(1e-6, gt=0.0, le=MAX_LR)
     """Adam learning rate of the policy."""
-    critic_lr: float = opt(1e-5, gt=0.0)
+    critic_lr: float = opt(1e-5, gt=0.0, le=MAX_LR)
     """Adam learning rate of the critic."""
     lr_warmup_steps: int = opt(0, ge=0, le=MAX_STEPS)
     """Steps over which both learning rates rise linearly: step s (from 0) uses (s+1)/(k+1)
@@ -448,7 +451,7 @@ class SftConfig:
     dialogues: int = opt(16, ge=1, le=MAX_EPISODES_PER_STEP)
     """Expert dialogues per step, on levels of their own seed stream (never an evaluation
     seed); with keep=solved, levels the expert cannot solve in the budget are passed over."""
-    lr: float = opt(3e-5, gt=0.0)
+    lr: float = opt(3e-5, gt=0.0, le=MAX_LR)
     """Learning rate of the supervised steps (AdamW with trainer.weight_decay and betas)."""
     micro_batch_size: int = opt(8, ge=1, le=MAX_EPISODES_PER_STEP)
     """Dialogues per forward/backward pass; their shared opening (rules, worked examples) is

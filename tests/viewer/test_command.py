@@ -80,3 +80,22 @@ def test_every_loopback_address_keeps_the_host_check(viewer_run, host):
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "128.1"])
 def test_public_addresses_accept_any_host_name(host):
     assert command.allowed_hosts(host) is None
+
+
+@pytest.mark.parametrize(
+    ("address", "guarded"), [("127.0.0.1", True), ("::1", True), ("10.1.2.3", False)]
+)
+def test_a_host_name_is_guarded_by_the_address_it_resolves_to(
+    viewer_run, monkeypatch, address, guarded
+):
+    # `--host vm` where the machine's hosts file maps vm to 127.0.0.1 binds loopback.
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    answer = [(family, socket.SOCK_STREAM, 6, "", (address, 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: answer if host == "vm" else [])
+    allowed = command.allowed_hosts("vm")
+    assert (allowed is not None) == guarded
+    if guarded:
+        app = TestClient(create_app(viewer_run, allowed_hosts=allowed))
+        assert app.get("/api/version", headers={"host": "vm:8765"}).status_code == 200
+        assert app.get("/api/version", headers={"host": "evil.com"}).status_code == 400
+    assert command.allowed_hosts("no-such-name") is None

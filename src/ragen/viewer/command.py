@@ -78,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
 
 def loopback_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """The address ``host`` names if it is a loopback one (127.0.0.0/8, ::1, localhost),
-    written in any form the socket layer binds to (``127.1``, ``0x7f.1``); else None."""
+    written in any form the socket layer binds to (``127.1``, ``0x7f.1``), or a name the
+    resolver maps to one (its first address, the one a bind takes); else None. The guard
+    follows the address bound, never the name typed."""
     if host.lower() == "localhost":
         return ipaddress.ip_address("127.0.0.1")
     try:
@@ -87,10 +89,27 @@ def loopback_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address
         try:  # the shorthand IPv4 forms ipaddress refuses but bind() accepts
             address = ipaddress.IPv4Address(socket.inet_aton(host))
         except (OSError, ValueError):  # ValueError: a NUL in the text
-            return None
+            found = resolved_address(host)
+            if found is None:
+                return None
+            address = found
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
         address = address.ipv4_mapped
     return address if address.is_loopback else None
+
+
+def resolved_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The first address the resolver gives for the name ``host``; None if it gives none."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError):
+        return None
+    for *_, sockaddr in infos:
+        try:  # an IPv6 address may carry a %zone
+            return ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        except ValueError:
+            continue
+    return None
 
 
 def allowed_hosts(host: str) -> list[str] | None:
