@@ -233,11 +233,17 @@ def _with_own_code(folder: Path) -> Path:
     marker = folder / "code-ran"
     (folder / "evilcode.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
-        "from transformers import LlamaConfig\n"
-        "class EvilConfig(LlamaConfig):\n    model_type = 'llama'\n"
+        "from transformers import LlamaConfig, LlamaForCausalLM\n"
+        "class EvilConfig(LlamaConfig):\n    model_type = 'evil-llama'\n"
+        "class EvilModel(LlamaForCausalLM):\n    config_class = EvilConfig\n"
     )
+    # a model type transformers does not know: only the folder's own code can read it
     config = json.loads((folder / "config.json").read_text())
-    config["auto_map"] = {"AutoConfig": "evilcode.EvilConfig"}
+    config["model_type"] = "evil-llama"
+    config["auto_map"] = {
+        "AutoConfig": "evilcode.EvilConfig",
+        "AutoModelForCausalLM": "evilcode.EvilModel",
+    }
     (folder / "config.json").write_text(json.dumps(config))
     return marker
 
