@@ -100,11 +100,14 @@ def _careful_moves(
     return [careful_move(rows, table, cell)] * per_turn
 
 
-def expert_play(env_name: str, n: int, turns: int, per_turn: int, random_ends: bool) -> dict:
-    """Mean success over the evaluation lakes of the two experts played turn by turn."""
-    env = envs.make(env_name, random_ends=random_ends)
+def expert_play(
+    env_name: str, n: int, turns: int, per_turn: int, options: dict, split: str = "dev"
+) -> dict:
+    """Mean success over ``n`` evaluation lakes of ``split`` (drawn with the env
+    ``options``) of the three experts played turn by turn."""
+    env = envs.make(env_name, **options)
     totals = {"optimal": 0.0, "toward": 0.0, "careful": 0.0}
-    for seed in eval_seeds(n):
+    for seed in eval_seeds(n, split):
         env.reset(seed)
         table = transition_table(env.rows, env.slippery)
         experts = {
@@ -139,7 +142,8 @@ def main() -> None:
     for random_ends in (False, True):
         for env in ("frozen-lake", "frozen-lake-8x8"):
             name = f"{env} random_ends" if random_ends else env
-            play[name] = expert_play(env, args.n, args.turns, args.per_turn, random_ends)
+            options = {"random_ends": random_ends}
+            play[name] = expert_play(env, args.n, args.turns, args.per_turn, options)
             print(f"{name:<30}" + "".join(f"{who} {v:.2%}  " for who, v in play[name].items()))
     result = {
         "command": "python benchmarks/lake_ceiling.py "

@@ -45,21 +45,15 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 
 import torch
 
 import blind_play
+import lake_ceiling
 from measure import cpu_flags, cpu_model, gemm_gflops
 from ragen import config, envs
-from ragen.envs.experts import (
-    careful_move,
-    goal_probabilities,
-    lake_plan,
-    policy_success,
-    turn_play_success,
-)
+from ragen.envs.experts import careful_move, goal_probabilities, policy_success
 from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
 from ragen.monitor.jsonl import read_jsonl, write_atomic
 from ragen.train.evaluator import eval_seeds
@@ -247,34 +241,15 @@ def lake_floors(options: dict, turns: int, per_turn: int, n: int) -> dict:
     them the optimum for the recipe's turns and for ``turns × per_turn`` actions each seen."""
     env = envs.make("frozen-lake", **options)
     budget = turns * per_turn
-    totals = dict.fromkeys(("uniform", "toward", "careful", "optimal", "optimal_per_action"), 0.0)
+    uniform = optimum = 0.0
     for seed in eval_seeds(n, "test"):
         env.reset(seed)
-        rows, start = env.rows, env.state
-        table = transition_table(rows, env.slippery)
-        uniform = [[1.0 / len(ACTIONS)] * len(ACTIONS)] * len(table)
-        totals["uniform"] += policy_success(table, uniform, budget)[budget][start]
-        totals["optimal_per_action"] += goal_probabilities(table, budget)[budget][start]
-        plays = {
-            "toward": partial(_toward, rows, per_turn),
-            "careful": partial(_careful, rows, table, per_turn),
-            "optimal": partial(_optimal, rows, env.slippery, per_turn),
-        }
-        for who, moves in plays.items():
-            totals[who] += turn_play_success(table, start, moves, turns, per_turn)
-    return {who: total / n for who, total in totals.items()}
-
-
-def _toward(rows: tuple[str, ...], per_turn: int, cell: int, left: int) -> list[str]:
-    return [toward_goal("".join(rows).index("G"), cell, len(rows))] * per_turn
-
-
-def _careful(rows: tuple[str, ...], table: tuple, per_turn: int, cell: int, left: int) -> list[str]:
-    return [careful_move(rows, table, cell)] * per_turn
-
-
-def _optimal(rows: tuple[str, ...], slippery: bool, per_turn: int, cell: int, left: int):
-    return lake_plan(rows, cell, per_turn, left, slippery)[0]
+        table = transition_table(env.rows, env.slippery)
+        every = [[1.0 / len(ACTIONS)] * len(ACTIONS)] * len(table)
+        uniform += policy_success(table, every, budget)[budget][env.state] / n
+        optimum += goal_probabilities(table, budget)[budget][env.state] / n
+    play = lake_ceiling.expert_play("frozen-lake", n, turns, per_turn, options, "test")
+    return {"uniform": uniform, **play, "optimal_per_action": optimum}
 
 
 def floors(cfg: config.Config, n: int) -> dict:
