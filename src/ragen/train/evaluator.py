@@ -23,8 +23,10 @@ from ragen.rollout.trajectory import END_REASONS, Trajectory
 from ragen.sysmem import trim_heap
 from ragen.train import distributed
 
+_TRAINER = TrainerConfig()  # the evaluation defaults, defined there
 
-def eval_seeds(n: int, split: str = "dev") -> list[int]:
+
+def eval_seeds(n: int, split: str = _TRAINER.eval_split) -> list[int]:
     """The fixed seeds of an evaluation of ``n`` levels of ``split`` (config.EVAL_SPLITS):
     the same for every model and run."""
     base = SPLIT_SEED_BASES[split]
@@ -93,9 +95,6 @@ def _format_cost(cost: dict) -> str:
         f"({cost['generated_tokens']:,} tokens, "
         f"{rate(cost['generated_tokens'], cost['decode_s'])}), env {cost['env_s']:.0f} s"
     )
-
-
-_TRAINER = TrainerConfig()  # the evaluation defaults, defined there
 
 
 @dataclass(frozen=True)
