@@ -140,8 +140,24 @@ BAD = [
     (
         ["algo.filter_mode=top_p", "monitor.rollback_filter_ratio=0.25"],
         "monitor.rollback_filter_ratio",
-        "filter_mode=std",
+        "filter_strategy=top_k",
     ),
+    (
+        ["algo.filter_strategy=min_p", "monitor.rollback_filter_ratio=0.25"],
+        "monitor.rollback_filter_ratio",
+        "min_p filtering does not read filter_ratio",
+    ),
+    (
+        ["algo.filter_strategy=top_k_abs", "rollout.group_size=1", "trainer.mini_batch_size=2"],
+        "algo.filter_strategy and rollout.group_size",
+        "filter_metric=reward",
+    ),
+    (["algo.filter_strategy=top_p", "algo.filter_type=smallest"], "algo.filter_type", "largest"),
+    (["algo.soft_advantage_reweight=true"], "algo.soft_advantage_reweight", "estimator=grpo"),
+    (["algo.filter_loss_scaling=sqrt"], "algo.filter_loss_scaling", "scoring_pass=always"),
+    (["algo.filter_strategy=top_n"], "algo.filter_strategy", "top_k, top_k_abs, top_p, min_p"),
+    (["algo.filter_metric=std"], "algo.filter_metric", "reward_variance, reward, reward_sum"),
+    (["algo.filter_empty_stop_steps=-1"], "algo.filter_empty_stop_steps", ">= 0"),
     (["algo.filter_top_p=0"], "algo.filter_top_p", "> 0.0"),
     (["algo.filter_mode=top_k"], "algo.filter_mode", "std, std_rev, top_p"),
     (["algo.whiten_advantages=2"], "algo.whiten_advantages", "true or false"),
@@ -392,6 +408,23 @@ def test_top_p_bounds_the_mini_batch_by_every_episode():
             "trainer.micro_batch_size=8",
         ],
     )
+
+
+def test_each_filter_strategy_bounds_the_mini_batch_by_what_it_keeps():
+    def kept(*overrides):
+        return config.kept_groups(config.load("bandit", list(overrides)))
+
+    assert kept("algo.filter_strategy=top_k_abs", "algo.filter_k=5") == 5
+    assert kept("algo.filter_strategy=top_k_abs", "algo.filter_k=50") == 8  # all 8 groups
+    assert kept("algo.filter_strategy=min_p") == 8  # at most every group
+    with pytest.raises(config.ConfigError, match=r"16 > 12 = min\(groups, filter_k\)"):
+        config.load("bandit", ["algo.filter_strategy=top_k_abs", "algo.filter_k=3"])
+
+
+def test_filter_weights_run_where_the_trainer_holds_the_advantages():
+    config.load("bandit", ["algo.estimator=grpo", "algo.soft_advantage_reweight=true"])
+    config.load("bandit", ["algo.filter_loss_scaling=linear", "trainer.scoring_pass=always"])
+    config.load("bandit", ["algo.estimator=grpo", "algo.filter_loss_scaling=sqrt"])
 
 
 def test_eval_envs_take_their_own_options_and_the_training_env_takes_env_options():

@@ -198,29 +198,49 @@ class RolloutConfig:
 
 # Advantage estimators and loss aggregations, named once: the config fields, its checks and
 # ragen.algos (which maps each name to its function) read them from here.
-ESTIMATOR_NAMES: tuple[str, ...] = ("gae", "grpo", "bi_level_gae", "rloo", "reinforce_pp")
+ESTIMATOR_NAMES: tuple[str, ...] = ("gae", "grpo", "bi_level_gae", "rloo", "reinforce_pp", "gigpo")
 """ragen's estimators; algo.estimator may also name the user's own, package.module:function."""
 NEEDS_CRITIC: frozenset[str] = frozenset({"gae", "bi_level_gae"})
 """ragen's estimators that read the critic's values (for the user's: algo.critic)."""
 ROW_BY_ROW: frozenset[str] = frozenset({"gae", "bi_level_gae"})
 """ragen's critic estimators whose advantages and returns of a row read that row alone (no
 batch statistics): the update can estimate them micro-batch by micro-batch."""
-NEEDS_GROUPS: frozenset[str] = frozenset({"grpo", "rloo"})
+NEEDS_GROUPS: frozenset[str] = frozenset({"grpo", "rloo", "gigpo"})
 """ragen's estimators whose baseline is the other rollouts of the group (group_size >= 2)."""
 LossAgg = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
 AGG_MODES: tuple[str, ...] = get_args(LossAgg)
+# The rollout filter's choices, named once: the config fields, their checks and
+# ragen.algos.filtering (which maps each name to its rule) read them from here.
+FilterStrategy = Literal["top_k", "top_k_abs", "top_p", "min_p"]
+FilterMetric = Literal[
+    "reward_variance", "reward", "reward_sum", "entropy", "entropy_variance", "length"
+]
+FILTER_VALUE_KEYS: dict[str, str] = {
+    "top_k": "filter_ratio",
+    "top_k_abs": "filter_k",
+    "top_p": "filter_top_p",
+    "min_p": "filter_min_p",
+}
+"""The algo field each filter strategy reads its value from."""
+OLD_FILTER_MODES: dict[str, tuple[str, str]] = {
+    "std_rev": ("top_k", "smallest"),
+    "top_p": ("top_p", "largest"),
+}
+"""algo.filter_mode, the old spelling: (filter_strategy, filter_type) each mode but std
+stands for; std leaves both keys to say."""
 
 
 @dataclass
 class AlgoConfig:
     estimator: str = "gae"
     """Advantage estimator: gae or bi_level_gae (with a critic), grpo or rloo (against the
-    other rollouts of the group), reinforce_pp; or package.module:function, your own, imported
-    when a run starts (docs/guides/adding-an-estimator.md)."""
+    other rollouts of the group), gigpo (grpo's episode term plus a per-turn term against the
+    group's turns from the same state), reinforce_pp; or package.module:function, your own,
+    imported when a run starts (docs/guides/adding-an-estimator.md)."""
     critic: bool | None = None
     """Train a critic and pass its values to the estimator. null: as the estimator needs (gae
-    and bi_level_gae do; grpo, rloo, reinforce_pp and a module:function estimator do not);
-    true gives a module:function estimator values."""
+    and bi_level_gae do; grpo, rloo, gigpo, reinforce_pp and a module:function estimator do
+    not); true gives a module:function estimator values."""
     gamma: float = opt(1.0, ge=0.0, le=1.0)
     """Discount factor over tokens."""
     lam: float = opt(1.0, ge=0.0, le=1.0)
@@ -233,6 +253,15 @@ class AlgoConfig:
     """PPO clip above: the ratio is capped at 1 + clip_high (StarPO-S: 0.28 > clip_low)."""
     dual_clip: float | None = opt(None, gt=1.0)
     """Dual-clip bound c on negative-advantage tokens; null disables it."""
+    tis_cap: float | None = opt(None, ge=1.0)
+    """Truncated importance sampling: weight each token's policy loss by min(pi_train /
+    pi_rollout, tis_cap), correcting for the rollout engine sampling from a policy slightly
+    off the one the update scores (bf16 generation, vLLM); null: no weight. The gap is
+    logged either way (actor/rollout_mismatch, actor/tis_capped)."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """Importance ratio of the clipped loss: per token (PPO), or per sequence (GSPO: each
+    row's geometric-mean ratio on all its tokens, so the clip keeps or drops whole rows; use
+    with loss_agg=seq_mean_token_mean for GSPO's objective)."""
     value_clip: float = opt(0.5, gt=0.0)
     """Clip range of the value loss around the old values."""
     kl_coef: float = opt(0.0, ge=0.0)
@@ -241,24 +270,70 @@ class AlgoConfig:
     """KL estimator when kl_coef > 0 (vanilla StarPO used k1 with 0.001)."""
     entropy_coef: float = opt(0.001, ge=0.0)
     """Weight of the token-entropy bonus."""
+    filter_strategy: FilterStrategy = "top_k"
+    """How the rollout filter picks groups by their filter_metric score: top_k keeps the
+    filter_ratio share of groups with the best scores (StarPO-S); top_k_abs the filter_k
+    best; top_p (RAGEN-2's SNR-aware filter) the best until their scores add up to
+    filter_top_p of all groups' (see filter_top_p_mode), so the count varies by step; min_p
+    every group scoring at least filter_min_p × the best score."""
+    filter_metric: FilterMetric = "reward_variance"
+    """A group's score: reward_variance (the std of its episode returns, with Bessel's
+    correction), reward (their mean), reward_sum, entropy (the mean over its episodes of each
+    one's mean token entropy, estimated from the log-probs the sampler gave its tokens),
+    entropy_variance (their std), length (mean reply tokens per episode)."""
+    filter_type: Literal["largest", "smallest"] = "largest"
+    """Which scores are best: the largest, or the smallest (top_k and top_k_abs only; with
+    reward_variance, the ablation that keeps the most certain groups)."""
     filter_ratio: float = opt(0.25, gt=0.0, le=1.0)
-    """Share of groups kept by uncertainty filtering (StarPO-S: 0.25) in filter_mode std or
-    std_rev; 1 disables it."""
-    filter_mode: Literal["std", "std_rev", "top_p"] = "std"
-    """Keep the filter_ratio share of groups with the highest reward std (std) or the lowest
-    (std_rev, ablation); or top_p (RAGEN-2's SNR-aware filter): the highest-std groups until
-    their stds add up to filter_top_p of all groups' stds, so the count varies by step."""
+    """filter_strategy=top_k: share of groups kept, ceil(groups × filter_ratio) and at least
+    one (StarPO-S: 0.25; RAGEN-2 rounds down, which agrees whenever the product is whole);
+    1 keeps every group."""
+    filter_k: int = opt(2, ge=1, le=MAX_EPISODES_PER_STEP)
+    """filter_strategy=top_k_abs: groups kept (all the candidates when fewer)."""
     filter_top_p: float = opt(0.9, gt=0.0, le=1.0)
-    """filter_mode=top_p: share of the summed group reward std the kept groups reach (RAGEN-2
-    recommends 0.9); 1 keeps every group. Below 1 no zero-std group is kept, and a step with
-    (almost) no reward std at all keeps none and skips its update."""
+    """filter_strategy=top_p: share of the summed score the kept groups reach (RAGEN-2
+    recommends 0.9); 1 keeps every group. Below 1 (linear) no group scoring 0 is kept, and a
+    step whose scores are (almost) all 0 keeps none and skips its update."""
+    filter_top_p_mode: Literal["linear", "softmax"] = "linear"
+    """filter_strategy=top_p: linear takes the best groups while their summed scores are
+    below filter_top_p × the total - 0.01, the group that reaches it included, never one
+    scoring 0 or less (RAGEN-2's default); softmax takes them until their softmax
+    probabilities add up to filter_top_p."""
+    filter_min_p: float = opt(0.5, gt=0.0, le=1.0)
+    """filter_strategy=min_p: a group is kept when its score is at least this share of the
+    best score."""
     filter_include_zero: bool = True
-    """Let groups whose returns are all equal (zero reward std) be kept; false drops them in
-    every mode (RAGEN-2), and a step where every group is such skips its update."""
+    """Let groups whose score is 0 (with reward_variance: whose returns are all equal) be
+    kept; false drops them before any strategy chooses (RAGEN-2), and a step where every
+    group is such skips its update."""
+    filter_mode: Literal["std", "std_rev", "top_p"] = "std"
+    """Old spelling of filter_strategy and filter_type, which older configs and runs use: std
+    leaves them to say; std_rev means filter_strategy=top_k filter_type=smallest; top_p means
+    filter_strategy=top_p; either refuses those two keys set to anything else."""
+    filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
+    """Multiply the advantages by the share of groups the filter kept (linear) or by its
+    square root (sqrt), as RAGEN-2 can, so that a step that keeps few groups moves the policy
+    less; none leaves them as they are."""
+    soft_advantage_reweight: bool = False
+    """grpo: multiply each kept group's advantages by its reward std over the largest kept
+    group's (+ 1e-6) (RAGEN-2's Dr. GRPO+): groups whose returns vary little weigh less."""
+    filter_empty_stop_steps: int = opt(0, ge=0, le=MAX_STEPS)
+    """Stop the run when the filter keeps no group this many steps in a row (each such step
+    skips its update); 0: never (RAGEN-2 stops at 5)."""
     loss_agg: LossAgg = "token_mean"
     """How per-token losses are averaged into one number."""
     grpo_norm_by_std: bool = True
     """Divide group-centred scores by the group's std (grpo)."""
+    gigpo_step_weight: float = opt(1.0, ge=0.0)
+    """gigpo: weight w of the anchor-state step advantage added to the episode advantage."""
+    gigpo_gamma: float = opt(0.95, ge=0.0, le=1.0)
+    """gigpo: discount per turn of the step returns compared within an anchor group."""
+    gigpo_mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
+    """gigpo: subtract the mean of the group (episode term) and of the anchor group (step
+    term), or (mean_std_norm) also divide by their unbiased std."""
+    gigpo_similarity: float | None = opt(None, gt=0.0, lt=1.0)
+    """gigpo: null anchors turns whose state text is equal; a ratio in (0, 1) also anchors
+    texts at least that similar (difflib's ratio), as GiGPO's similarity option does."""
     whiten_advantages: bool | None = None
     """Whiten the advantages over the batch's reply tokens before the loss (mean 0, unbiased
     variance 1, as RAGEN's verl code does for GAE); the critic's targets stay raw. null: on
@@ -280,6 +355,11 @@ class AlgoConfig:
         if self.critic is None:
             return self.estimator in NEEDS_CRITIC
         return self.critic
+
+    def filter_choice(self) -> tuple[str, str]:
+        """(strategy, type) the rollout filter runs: filter_strategy and filter_type, or
+        what the old spelling filter_mode stands for when it is std_rev or top_p."""
+        return OLD_FILTER_MODES.get(self.filter_mode, (self.filter_strategy, self.filter_type))
 
 
 @dataclass
@@ -436,6 +516,20 @@ class MonitorConfig:
     prompts) every this many steps; 0 never."""
     template_pairs: int = opt(8, ge=2, le=256)
     """N: (prompt, reasoning) pairs with distinct prompts cross-scored per measurement."""
+    variance_collapse_steps: int = opt(0, ge=0, le=MAX_STEPS)
+    """RAGEN-2's early stop: a collapse when the in-group reward std stays under
+    variance_collapse_ratio of its baseline (its mean over the first variance_baseline_steps
+    steps whose filter kept a group) for this many steps in a row; 0: off (RAGEN-2: 10)."""
+    variance_collapse_ratio: float = opt(0.1, gt=0.0, lt=1.0)
+    """Share of its baseline under which the in-group reward std counts as collapsed."""
+    variance_baseline_steps: int = opt(10, ge=1, le=MAX_STEPS)
+    """Steps whose filter kept a group that set the reward std's baseline."""
+    eval_floor_evals: int = opt(0, ge=0, le=MAX_STEPS)
+    """RAGEN-2's other early stop: a collapse when the evaluation success (the mean over
+    env.eval_names) is under eval_floor at this many evaluations in a row; 0: off (RAGEN-2:
+    5)."""
+    eval_floor: float = opt(0.01, gt=0.0, le=1.0)
+    """Evaluation success under which an evaluation counts towards eval_floor_evals."""
     rollback_lr_scale: float = opt(0.5, gt=0.0, le=1.0)
     """action=rollback: learning rates are multiplied by this after each rollback."""
     rollback_filter_ratio: float | None = opt(None, gt=0.0, le=1.0)
@@ -722,7 +816,7 @@ def _check_combinations(c: Config) -> None:
     _check_filter(c)
     kept = kept_episodes(c)
     if t.mini_batch_size > kept:
-        rule = "groups" if a.filter_mode == "top_p" else "ceil(groups × filter_ratio)"
+        rule = KEPT_RULES.get(a.filter_choice()[0], "groups")
         raise _contradiction(
             "trainer.mini_batch_size and the episodes kept per step",
             f"{t.mini_batch_size} > {kept} = {rule} × group_size",
@@ -811,6 +905,13 @@ def _check_estimator(c: Config) -> None:
             f"{a.estimator} {'reads' if needs else 'reads no'} critic values; set algo.critic="
             "null, which follows the estimator",
         )
+    if a.estimator == "gigpo" and r.reward_placement != "per_turn":
+        raise _contradiction(
+            "algo.estimator and rollout.reward_placement",
+            f"gigpo with reward_placement={r.reward_placement}",
+            "gigpo compares the discounted return of each turn from its own reward; set "
+            "rollout.reward_placement=per_turn",
+        )
     if a.estimator in NEEDS_GROUPS and r.group_size < 2:
         raise _contradiction(
             "algo.estimator and rollout.group_size",
@@ -839,28 +940,92 @@ def _judge_estimator(c: Config, judge: Callable[[str], object]) -> None:
 
 def _check_filter(c: Config) -> None:
     """Filter settings that cannot work with the rest."""
-    a, r = c.algo, c.rollout
-    share = "filter_top_p" if a.filter_mode == "top_p" else "filter_ratio"
-    if getattr(a, share) < 1.0 and r.group_size < 2:
+    a = c.algo
+    strategy = _check_filter_spelling(a)
+    if a.filter_metric.endswith("_variance") and c.rollout.group_size < 2:
+        _check_spread_of_one(a, strategy, c.rollout.group_size)
+    if strategy != "top_k" and c.monitor.rollback_filter_ratio is not None:
         raise _contradiction(
-            f"algo.{share} and rollout.group_size",
-            f"{getattr(a, share)} with group_size={r.group_size}",
-            "filtering ranks groups by reward std, which needs group_size >= 2; "
-            f"or set algo.{share}=1",
+            "monitor.rollback_filter_ratio and algo.filter_strategy",
+            f"{c.monitor.rollback_filter_ratio} with {strategy}",
+            f"{strategy} filtering does not read filter_ratio; set "
+            "monitor.rollback_filter_ratio=null, or use filter_strategy=top_k",
         )
-    if not a.filter_include_zero and r.group_size < 2:
+    _check_advantage_weights(c)
+
+
+def _check_filter_spelling(a: AlgoConfig) -> str:
+    """The old spelling filter_mode against the new keys, and filter_type against the
+    strategy; returns the strategy the filter runs."""
+    strategy, kind = a.filter_choice()
+    default = AlgoConfig()
+    unset = (default.filter_strategy, default.filter_type)
+    if a.filter_mode in OLD_FILTER_MODES and (a.filter_strategy, a.filter_type) not in (
+        unset,
+        (strategy, kind),
+    ):
+        means = f"algo.filter_strategy={strategy} algo.filter_type={kind}"
+        raise _contradiction(
+            "algo.filter_mode and algo.filter_strategy / algo.filter_type",
+            f"{a.filter_mode} with {a.filter_strategy} / {a.filter_type}",
+            f"filter_mode is their old spelling ({a.filter_mode} means {means}); drop "
+            "algo.filter_mode",
+        )
+    if kind == "smallest" and strategy not in ("top_k", "top_k_abs"):
+        raise _contradiction(
+            "algo.filter_type and algo.filter_strategy",
+            f"smallest with {strategy}",
+            f"{strategy} measures each group against the largest scores; set "
+            "algo.filter_type=largest, or use filter_strategy=top_k or top_k_abs",
+        )
+    return strategy
+
+
+def _check_spread_of_one(a: AlgoConfig, strategy: str, group_size: int) -> None:
+    """A filter by a spread (a *_variance metric) with one rollout a group, where every
+    group's spread is 0: only one that keeps every group may run."""
+    key = FILTER_VALUE_KEYS[strategy]
+    if strategy not in ("top_k", "top_p"):
+        raise _contradiction(
+            "algo.filter_strategy and rollout.group_size",
+            f"{strategy} by {a.filter_metric} with group_size={group_size}",
+            f"filtering ranks groups by {a.filter_metric}, which needs group_size >= 2; or "
+            "set algo.filter_metric=reward",
+        )
+    if getattr(a, key) < 1.0:
+        raise _contradiction(
+            f"algo.{key} and rollout.group_size",
+            f"{getattr(a, key)} with group_size={group_size}",
+            f"filtering ranks groups by {a.filter_metric}, which needs group_size >= 2; or "
+            f"set algo.{key}=1",
+        )
+    if not a.filter_include_zero:
         raise _contradiction(
             "algo.filter_include_zero and rollout.group_size",
-            f"false with group_size={r.group_size}",
-            "one rollout has no reward std, so every group would be dropped at every step; "
+            f"false with group_size={group_size}",
+            "one rollout has no spread, so every group would be dropped at every step; "
             "set rollout.group_size >= 2 or algo.filter_include_zero=true",
         )
-    if a.filter_mode == "top_p" and c.monitor.rollback_filter_ratio is not None:
+
+
+def _check_advantage_weights(c: Config) -> None:
+    """What the filter's advantage weights (loss scaling, soft reweight) cannot run with."""
+    a = c.algo
+    if a.soft_advantage_reweight and a.estimator != "grpo":
         raise _contradiction(
-            "monitor.rollback_filter_ratio and algo.filter_mode",
-            f"{c.monitor.rollback_filter_ratio} with top_p",
-            "top_p filtering does not read filter_ratio; set monitor.rollback_filter_ratio="
-            "null, or use filter_mode=std",
+            "algo.soft_advantage_reweight and algo.estimator",
+            f"true with {a.estimator}",
+            "the reweight scales grpo's group-normalised advantages by each group's reward "
+            "std; use algo.estimator=grpo, or set algo.soft_advantage_reweight=false",
+        )
+    scaled = a.filter_loss_scaling != "none"
+    if scaled and a.estimator in ROW_BY_ROW and c.trainer.scoring_pass == "auto":
+        raise _contradiction(
+            "algo.filter_loss_scaling and trainer.scoring_pass",
+            f"{a.filter_loss_scaling} with {a.estimator} and scoring_pass=auto",
+            f"an on-policy update estimates {a.estimator}'s advantages itself, from the "
+            "critic it has just trained, where the scale is not applied; set "
+            "trainer.scoring_pass=always",
         )
 
 
@@ -874,13 +1039,22 @@ def kept_count(groups: int, keep_ratio: float) -> int:
     return min(groups, max(1, math.ceil(groups * keep_ratio - 1e-9)))
 
 
+KEPT_RULES = {"top_k": "ceil(groups × filter_ratio)", "top_k_abs": "min(groups, filter_k)"}
+"""How many groups each strategy keeps, as the mini-batch check explains it; the others
+keep at most every group."""
+
+
 def kept_groups(c: Config) -> int:
-    """Groups kept by uncertainty filtering each step: exactly this many in filter_mode std or
-    std_rev; at most this many with filter_mode=top_p or filter_include_zero=false, which keep
-    fewer (even none: the step then skips its update) when the groups' returns vary little."""
-    if c.algo.filter_mode == "top_p":
-        return c.rollout.groups
-    return kept_count(c.rollout.groups, c.algo.filter_ratio)
+    """Groups the rollout filter keeps each step: exactly this many with top_k and top_k_abs
+    (fewer when filter_include_zero=false leaves fewer candidates); at most this many, every
+    group, with top_p and min_p, which keep fewer, even none (the step then skips its
+    update), when the scores are small."""
+    strategy, _ = c.algo.filter_choice()
+    if strategy == "top_k":
+        return kept_count(c.rollout.groups, c.algo.filter_ratio)
+    if strategy == "top_k_abs":
+        return min(c.rollout.groups, c.algo.filter_k)
+    return c.rollout.groups
 
 
 def kept_episodes(c: Config) -> int:
@@ -1145,7 +1319,16 @@ def read_yaml(path: Path) -> dict:
     """The mapping a YAML config file holds, parsed within bounds (see ``_BoundedLoader``):
     every reader of a config file goes through here. Raises ConfigError in one line."""
     try:
-        data = _load_yaml(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"config: cannot read {path} ({err.strerror or err})") from None
+    return yaml_mapping(raw, path)
+
+
+def yaml_mapping(raw: bytes, path: Path) -> dict:
+    """The mapping the bytes ``raw`` of config file ``path`` hold (see `read_yaml`)."""
+    try:
+        data = _load_yaml(raw.decode("utf-8"))
     except _YamlTooLarge as err:
         raise ConfigError(f"config: {path} is refused: {err}") from None
     except UnicodeDecodeError as err:
@@ -1157,8 +1340,6 @@ def read_yaml(path: Path) -> dict:
         raise ConfigError(
             f"config: {path} is not valid YAML: {_short(first, _MESSAGE_CHARS)}"
         ) from None
-    except OSError as err:
-        raise ConfigError(f"config: cannot read {path} ({err.strerror or err})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

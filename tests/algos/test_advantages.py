@@ -449,6 +449,7 @@ def test_every_estimator_shares_one_call_shape(name):
         values=values,
         scores=scores,
         group_ids=torch.tensor([0, 0, 1, 1]),
+        anchor_ids=torch.zeros(4, 20, dtype=torch.long),  # every turn from one state (gigpo)
         coefs=coefs(gamma=0.95, lam=0.9),
     )
     assert a.shape == r.shape == rewards.shape

@@ -75,6 +75,53 @@ def test_policy_loss_gradients():
     torch.testing.assert_close(new.grad, want)
 
 
+def test_sequence_ratio_is_each_rows_geometric_mean_and_clips_whole_rows():
+    # row 0: ratios 1.5, 0.5, 2 -> s = 1.5^(1/3) ~ 1.145, inside [.8, 1.28]: loss -s per token,
+    #        and d loss / d logp_t = -A * s on every token (the GSPO-token gradient)
+    # row 1: ratios 2, 2 -> s = 2 > 1.28 with A > 0: the whole row clipped, no gradient
+    # row 2: ratios 0.25, 1 -> s = 0.5 < 0.8 with A < 0: the whole row clipped at 0.8, even
+    #        its token whose own ratio (1) a token-level clip would have kept
+    old = torch.tensor([[-1.0, -2.0, -0.5, -9.0], [-1.0, -1.0, 0.0, 0.0], [-2.0, -3.0, 0.0, 0.0]])
+    ratios = torch.tensor([[1.5, 0.5, 2.0, 1.0], [2.0, 2.0, 1.0, 1.0], [0.25, 1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1.0, 1, 1, 0], [1, 1, 0, 0], [1, 1, 0, 0]])
+    adv = torch.tensor([[1.0] * 4, [1.0] * 4, [-1.0] * 4])
+    new = (old + ratios.log()).requires_grad_(True)
+    new.data[0, 3] = math.nan  # masked garbage
+    loss, stats = losses.policy_loss(new, old, adv, mask, 0.2, 0.28, ratio_level="sequence")
+    loss.sum().backward()
+    s = 1.5 ** (1 / 3)
+    want = torch.tensor([[-s, -s, -s, 0.0], [-1.28, -1.28, 0, 0], [0.8, 0.8, 0, 0]])
+    torch.testing.assert_close(loss, want)
+    grad = torch.tensor([[-s, -s, -s, 0.0], [0.0] * 4, [0.0] * 4])
+    torch.testing.assert_close(new.grad, grad)
+    assert float(stats["clipfrac_high"]) == pytest.approx(2 / 7)
+    assert float(stats["clipfrac_low"]) == pytest.approx(2 / 7)
+    token, _ = losses.policy_loss(new.detach(), old, adv, mask, 0.2, 0.28)
+    assert float(token[2, 1]) == pytest.approx(1.0)  # the token-level loss keeps that token
+    with pytest.raises(ValueError, match="ratio_level"):
+        losses.policy_loss(new, old, adv, mask, 0.2, 0.28, ratio_level="episode")
+
+
+def test_truncated_importance_weights_hand_computed():
+    train = torch.tensor([[-1.0, -2.0, -0.5]])
+    rollout = torch.tensor([[-1.1, -1.0, math.nan]])  # the third token is masked out
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    weights, stats = losses.truncated_is_weights(train, rollout, mask, cap=1.05)
+    # ratios e^0.1 = 1.105 (cut to 1.05) and e^-1 = 0.368
+    torch.testing.assert_close(weights, torch.tensor([[1.05, math.exp(-1.0), 0.0]]))
+    assert float(stats["tis_capped"]) == pytest.approx(1 / 2)
+    assert float(stats["rollout_mismatch"]) == pytest.approx((0.1 + 1.0) / 2, rel=1e-6)
+    weights, stats = losses.truncated_is_weights(train, rollout, mask, cap=None)
+    torch.testing.assert_close(weights, torch.tensor([[1.0, 1.0, 0.0]]))
+    assert float(stats["tis_capped"]) == 0.0
+    assert float(stats["rollout_mismatch"]) == pytest.approx(0.55, rel=1e-6)
+
+
+def test_ratio_levels_match_config():
+    levels = typing.get_args(typing.get_type_hints(AlgoConfig)["ratio_level"])
+    assert levels == losses.RATIO_LEVELS
+
+
 def test_policy_loss_masked_garbage_never_leaks():
     new = NEW.clone()
     new[0, 5] = math.nan

@@ -78,13 +78,24 @@ def test_a_config_value_reaches_the_estimator_with_no_other_edit(user_module):
 
 
 def test_each_coefficient_is_the_config_field_of_its_name():
-    algo = AlgoConfig(gamma=0.9, lam=0.8, turn_gamma=0.7, grpo_norm_by_std=False)
+    algo = AlgoConfig(
+        gamma=0.9,
+        lam=0.8,
+        turn_gamma=0.7,
+        grpo_norm_by_std=False,
+        gigpo_step_weight=0.5,
+        gigpo_gamma=0.6,
+        gigpo_mode="mean_std_norm",
+    )
     coefs = adv.Coefficients.of(algo)
     assert dataclasses.asdict(coefs) == {
         "gamma": 0.9,
         "lam": 0.8,
         "turn_gamma": 0.7,
         "grpo_norm_by_std": False,
+        "gigpo_step_weight": 0.5,
+        "gigpo_gamma": 0.6,
+        "gigpo_mode": "mean_std_norm",
     }
     with pytest.raises(dataclasses.FrozenInstanceError):
         coefs.gamma = 1.0  # type: ignore[misc]

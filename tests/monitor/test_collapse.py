@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from ragen import config
-from ragen.metric_names import DISTINCT_REPLY, ENTROPY, GRAD_NORM, MI, REWARD_STD, SUCCESS
+from ragen.metric_names import (
+    DISTINCT_REPLY,
+    ENTROPY,
+    GRAD_NORM,
+    KEPT_GROUPS,
+    MI,
+    REWARD_STD,
+    SUCCESS,
+)
 from ragen.metric_names import REWARD_MEAN as REWARD
 from ragen.monitor.collapse import Alert, CollapseDetector, MonitorConfig, replay
 
@@ -118,6 +126,55 @@ def test_saved_state_resumes_exactly(cut):
     got += [second.update(r["step"], r) for r in records[cut:]]
     assert got == expected
     assert second.state_dict() == straight.state_dict()
+
+
+def test_ragen2_reward_variance_stop_counts_steps_under_a_tenth_of_the_early_baseline():
+    # baseline: steps 0, 2, 3, 4, which kept a group (std 0.4, 0.4, 0.2, 0.2: mean 0.3);
+    # step 1 kept nothing and does not enter it. Then std 0.02 < 0.03 at steps 5-6, 0.05 at
+    # 7 (the count restarts), and 0.0 from step 8 on: step 10, the third low step in a row,
+    # is the collapse, and the steps after it stay quiet.
+    stds = [0.4, 0.9, 0.4, 0.2, 0.2, 0.02, 0.02, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0]
+    records = [
+        {"step": s, REWARD_STD: v, KEPT_GROUPS: 0 if s == 1 else 2} for s, v in enumerate(stds)
+    ]
+    rule = MonitorConfig(variance_collapse_steps=3, variance_baseline_steps=4)
+    alerts = [a for a in replay(records, rule) if a.signal == REWARD_STD and a.kind == "collapse"]
+    assert [(a.step, a.value, a.baseline) for a in alerts] == [(10, 0.0, pytest.approx(0.3))]
+    assert "for 3 steps" in alerts[0].message
+    off = replay(records, MonitorConfig(variance_baseline_steps=4))  # the default: off
+    assert not [a for a in off if a.kind == "collapse" and a.signal == REWARD_STD]
+
+
+def test_ragen2_evaluation_floor_stop():
+    evals = [0.0, 0.005, 0.02, 0.0, 0.0, 0.0, 0.0]  # the mean of two envs below
+    records = [
+        {"step": s, "eval/bandit/success": v, "eval/sokoban/success": v}
+        for s, v in enumerate(evals)
+    ]
+    records.insert(3, {"step": 2, REWARD: 0.5})  # a step without an evaluation changes nothing
+    alerts = replay(records, MonitorConfig(eval_floor_evals=3))
+    assert [(a.step, a.kind, a.signal, a.value) for a in alerts] == [
+        (5, "collapse", "eval/success", 0.0)
+    ]
+    assert replay(records) == []  # off by default
+
+
+def test_the_early_stops_resume_exactly():
+    rule = MonitorConfig(variance_collapse_steps=3, variance_baseline_steps=2, eval_floor_evals=2)
+    records = [
+        {"step": s, REWARD_STD: 0.5 if s < 3 else 0.0, "eval/x/success": 0.0} for s in range(8)
+    ]
+    whole = replay(records, rule)
+    first = CollapseDetector(rule)
+    for r in records[:4]:
+        first.update(r["step"], r)
+    second = CollapseDetector(rule)
+    second.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    rest = [a for r in records[4:] for a in second.update(r["step"], r)]
+    assert [a.to_record() for a in whole if a.step >= 4] == [a.to_record() for a in rest]
+    assert {a.signal for a in whole} == {REWARD_STD, "eval/success"}
+    legacy = {k: v for k, v in first.state_dict().items() if k not in ("std_low", "eval_low")}
+    CollapseDetector(rule).load_state_dict(legacy | {"std_baseline": []})  # an old checkpoint
 
 
 def test_actionable_alerts_follow_act_on():

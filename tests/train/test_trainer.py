@@ -1,17 +1,20 @@
 """End-to-end training on the tiny model: what changes, what is written, exact resume."""
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import torch
 
 from ragen import config, models
 from ragen.algos import whiten
+from ragen.algos.gigpo import anchor_ids, gigpo
 from ragen.monitor.jsonl import read_jsonl
 from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.train import checkpoint
@@ -169,6 +172,37 @@ def test_grpo_trains_without_a_critic(tmp_path):
     assert not (run.checkpoint(1) / "critic_trainable.safetensors").exists()
 
 
+def test_gigpo_gives_each_turn_the_credit_of_its_anchor_group(tmp_path):
+    overrides = ("algo.estimator=gigpo", "rollout.reward_placement=per_turn", "algo.filter_ratio=1")
+    trainer = Trainer(_config(*overrides, "trainer.steps=1"), RunDir(tmp_path / "g"))
+    kept, _ = trainer.filter(trainer.collect(0))
+    data = trainer.prepare(kept)
+    assert trainer.m.critic is None and data.advantages is not None
+    # the same numbers from the turns' own rewards and observations, through the math alone
+    width = max(len(t.turns) for t in kept)
+    valid = torch.tensor([[n < len(t.turns) for n in range(width)] for t in kept])
+    rewards = torch.tensor(
+        [[t.turns[n].reward if n < len(t.turns) else 0.0 for n in range(width)] for t in kept]
+    )
+    ids = anchor_ids([[u.observation for u in t.turns] for t in kept], [t.group for t in kept])
+    want = gigpo(
+        torch.tensor([t.total_reward for t in kept]),
+        rewards,
+        valid,
+        ids,
+        torch.tensor([t.group for t in kept]),
+        gamma=0.95,
+        step_weight=1.0,
+        norm_by_std=False,
+    )
+    for row, t in enumerate(kept):
+        for n, turn in enumerate(t.turns):
+            got = data.advantages[row, turn.reply_start : turn.reply_end]
+            torch.testing.assert_close(got, torch.full_like(got, float(want[row, n])))
+    assert data.advantages[data.loss_mask == 0].abs().sum() == 0
+    trainer.update(data, 0)  # the update runs on them
+
+
 def test_lora_trains_only_adapters_and_saves_a_merged_model(tmp_path):
     trainer, run = _train(
         tmp_path,
@@ -216,6 +250,20 @@ def test_update_raises_logprobs_of_positive_advantages():
         new = policy_logprobs(policy, data.input_ids, data.attention_mask)[0]
     delta = ((new - data.old_logprobs) * data.loss_mask).sum(dim=1)
     assert delta[0] > 0 > delta[1]
+
+
+def test_truncated_importance_sampling_weights_the_policy_loss():
+    policy, tokenizer = models.load_policy("tiny", dtype="float32")
+    data = _update_data(policy, tokenizer, [1.0, 1.0])
+    # the sampler reported half the trainer's probability on every token: ratio 2, cut to 1.5
+    sampled = replace(data, rollout_logprobs=data.old_logprobs - math.log(2.0))
+    frozen = {"actor": torch.optim.SGD(policy.parameters(), lr=0.0)}  # both see one policy
+    plain = ppo_update(policy, None, frozen, data, _settings(), seed=0)
+    algo = config.AlgoConfig(clip_low=0.2, clip_high=0.28, entropy_coef=0.0, tis_cap=1.5)
+    weighted = ppo_update(policy, None, frozen, sampled, replace(_settings(), algo=algo), seed=0)
+    assert weighted["actor/pg_loss"] == pytest.approx(1.5 * plain["actor/pg_loss"], rel=1e-5)
+    assert weighted["actor/tis_capped"] == 1.0
+    assert weighted["actor/rollout_mismatch"] == pytest.approx(math.log(2.0), rel=1e-5)
 
 
 def test_a_batch_smaller_than_the_mini_batch_is_one_optimiser_step():

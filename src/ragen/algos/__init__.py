@@ -17,7 +17,16 @@ from ragen.algos.advantages import (
     rloo,
     whiten,
 )
-from ragen.algos.filtering import FILTER_MODES, group_std, kept_count, select_groups
+from ragen.algos.filtering import (
+    METRICS,
+    RULES,
+    FilterRule,
+    advantage_weights,
+    group_std,
+    kept_count,
+    sampled_entropy,
+    select_groups,
+)
 from ragen.algos.losses import (
     AGG_MODES,
     KL_KINDS,
@@ -35,10 +44,13 @@ from ragen.algos.losses import (
 __all__ = [
     "AGG_MODES",
     "ESTIMATORS",
-    "FILTER_MODES",
     "KL_KINDS",
+    "METRICS",
     "NEEDS_CRITIC",
+    "RULES",
     "Coefficients",
+    "FilterRule",
+    "advantage_weights",
     "aggregate",
     "bi_level_gae",
     "discounted_suffix_sum",
@@ -55,6 +67,7 @@ __all__ = [
     "policy_loss",
     "reinforce_pp",
     "rloo",
+    "sampled_entropy",
     "select_groups",
     "token_logprobs",
     "value_loss",

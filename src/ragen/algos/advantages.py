@@ -14,7 +14,8 @@ All estimators share one keyword call shape (:class:`Estimator`): the tensors, a
 coefficients as one :class:`Coefficients` object built from the config. A trainer picks one by
 name through :func:`estimate`: a name of :data:`ESTIMATORS`, or ``package.module:function``
 for the user's own, imported only when a run starts (:func:`resolve`). Sequence-level
-estimators (grpo, rloo) broadcast their (B,) advantage over each row's sampled tokens.
+estimators (grpo, rloo) broadcast their (B,) advantage over each row's sampled tokens;
+gigpo (algos/gigpo.py) puts each turn's advantage on that turn's sampled tokens.
 :data:`NEEDS_CRITIC` names the ones that use values.
 :func:`whiten` rescales a batch's advantages over its sampled tokens; the trainer applies it
 after the estimator when configured (RAGEN's code does for gae and bi_level_gae).
@@ -26,6 +27,7 @@ T; the tests check each estimator against a plain per-token loop.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, fields
 from typing import Protocol
@@ -33,6 +35,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from ragen.algos.gigpo import gigpo
 from ragen.config import NEEDS_CRITIC, AlgoConfig
 from ragen.user_code import import_function, is_import_name
 
@@ -50,6 +53,7 @@ __all__ = [
     "reinforce_pp",
     "resolve",
     "rloo",
+    "turn_numbers",
     "whiten",
 ]
 
@@ -456,6 +460,12 @@ class Coefficients:
     """Discount between turns (bi_level_gae)."""
     grpo_norm_by_std: bool
     """grpo divides each group-centred score by the group's std."""
+    gigpo_step_weight: float
+    """gigpo's weight w of the step advantage."""
+    gigpo_gamma: float
+    """gigpo's discount per turn of the step returns."""
+    gigpo_mode: str
+    """gigpo's normalisation: mean_norm or mean_std_norm."""
 
     @classmethod
     def of(cls, algo: AlgoConfig) -> Coefficients:
@@ -477,7 +487,13 @@ class Estimator(Protocol):
             ids need not be contiguous. The trainer always passes these two; they are None
             only when a direct :func:`estimate` call leaves them out.
         turn_ids: (B, T) integer turn of each token, or None: a turn is then each maximal run
-            of sampled tokens (the trainer passes None).
+            of sampled tokens. The trainer passes each reply token's 0-based turn number in
+            its episode (-1 on the other tokens).
+        anchor_ids: (B, M) long, per turn of each episode the id of the state it acted from
+            (equal ids within a group: the same state; -1 past an episode's turns), or None.
+            The trainer passes them (see ``gigpo.anchor_ids``); :func:`estimate` passes
+            them only to an estimator whose signature takes ``anchor_ids`` or ``**kwargs``,
+            so estimators written before it existed still run.
         coefs: the run's :class:`Coefficients`.
 
     Returns:
@@ -494,6 +510,7 @@ class Estimator(Protocol):
         scores: Tensor | None,
         group_ids: Tensor | None,
         turn_ids: Tensor | None,
+        anchor_ids: Tensor | None,
         coefs: Coefficients,
     ) -> tuple[Tensor, Tensor]: ...
 
@@ -535,12 +552,65 @@ def _est_reinforce_pp(*, rewards, mask, coefs, **_) -> tuple[Tensor, Tensor]:
     return reinforce_pp(rewards, mask, coefs.gamma)
 
 
+def turn_numbers(mask: Tensor, turn_ids: Tensor | None = None) -> Tensor:
+    """(B, T) long: the 0-based turn of each sampled token in its row, -1 elsewhere.
+
+    With ``turn_ids`` these are the ids themselves (the trainer's turn numbers); without, the
+    turns are counted as in :func:`_turn_starts` (each maximal run of sampled tokens).
+    """
+    sampled = mask != 0
+    if turn_ids is not None:
+        return torch.where(sampled, turn_ids.long(), torch.full_like(turn_ids, -1).long())
+    idx, valid = _pack(mask)
+    number = _turn_starts(idx, valid, None).long().cumsum(1) - 1
+    out = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device)
+    return out.scatter(1, idx, torch.where(valid, number, torch.full_like(number, -1)))
+
+
+def _est_gigpo(
+    *, rewards, mask, scores, group_ids, turn_ids, anchor_ids, coefs, **_
+) -> tuple[Tensor, Tensor]:
+    _need("gigpo", scores=scores, group_ids=group_ids, anchor_ids=anchor_ids)
+    turns = turn_numbers(mask, turn_ids)
+    width = int(turns.max()) + 1 if turns.numel() else 0
+    if anchor_ids.shape[0] != mask.shape[0] or anchor_ids.shape[1] < width:
+        raise ValueError(
+            f"anchor_ids {tuple(anchor_ids.shape)} must hold one id per turn of each row "
+            f"({mask.shape[0]} rows, up to {width} turns)"
+        )
+    sampled = turns >= 0
+    slot = turns.clamp(min=0)
+    work = _work_dtype(mask.device)
+
+    def per_turn(x: Tensor) -> Tensor:  # (B, T) summed over each turn's tokens -> (B, width)
+        zero = torch.zeros((), dtype=work, device=mask.device)
+        placed = torch.where(sampled, x.to(work), zero)
+        return torch.zeros(len(mask), width, dtype=work, device=mask.device).scatter_add(
+            1, slot, placed
+        )
+
+    turn_adv = gigpo(
+        scores,
+        per_turn(rewards),
+        per_turn(torch.ones_like(mask, dtype=work)) > 0,
+        anchor_ids[:, :width],
+        group_ids,
+        coefs.gigpo_gamma,
+        coefs.gigpo_step_weight,
+        norm_by_std=coefs.gigpo_mode == "mean_std_norm",
+    )
+    zero = torch.zeros((), dtype=turn_adv.dtype, device=mask.device)
+    adv = torch.where(sampled, turn_adv.gather(1, slot), zero).to(_out_dtype(rewards, scores))
+    return adv, adv.clone()
+
+
 ESTIMATORS: dict[str, Estimator] = {
     "gae": _est_gae,
     "grpo": _est_grpo,
     "bi_level_gae": _est_bi_level,
     "rloo": _est_rloo,
     "reinforce_pp": _est_reinforce_pp,
+    "gigpo": _est_gigpo,
 }
 """ragen's estimators by name, each called as :class:`Estimator` describes."""
 
@@ -577,6 +647,7 @@ def estimate(
     scores: Tensor | None = None,
     group_ids: Tensor | None = None,
     turn_ids: Tensor | None = None,
+    anchor_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Advantages and returns by estimator name, one call shape for all.
 
@@ -585,8 +656,9 @@ def estimate(
         rewards, mask: (B, T) per-token rewards and the sampled-token mask.
         coefs: the coefficients (:meth:`Coefficients.of` a config's ``algo``).
         values: (B, T) critic values (gae, bi_level_gae).
-        scores, group_ids: (B,) episode returns and groups (grpo, rloo).
-        turn_ids: optional (B, T) turn index per token (bi_level_gae).
+        scores, group_ids: (B,) episode returns and groups (grpo, rloo, gigpo).
+        turn_ids: optional (B, T) turn index per token (bi_level_gae, gigpo).
+        anchor_ids: (B, M) anchor state id per turn (gigpo).
 
     Returns:
         advantages (B, T) and returns (B, T), 0 where mask == 0 (see :class:`Estimator`).
@@ -596,7 +668,9 @@ def estimate(
     Raises ValueError when an estimator returns anything but two tensors of ``mask``'s
     shape: the update would otherwise fail far from the estimator that is wrong.
     """
-    result = resolve(name)(
+    function = resolve(name)
+    later = {"anchor_ids": anchor_ids}  # inputs added after the call shape was first published
+    result = function(
         rewards=rewards,
         mask=mask,
         values=values,
@@ -604,6 +678,7 @@ def estimate(
         group_ids=group_ids,
         turn_ids=turn_ids,
         coefs=coefs,
+        **{key: value for key, value in later.items() if _takes(function, key)},
     )
     pair = result if isinstance(result, tuple | list) else (result,)
     shapes = [tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__ for t in pair]
@@ -613,3 +688,14 @@ def estimate(
             f"tensors of the mask's shape {tuple(mask.shape)}"
         )
     return result
+
+
+def _takes(function: Estimator, keyword: str) -> bool:
+    """Whether ``function`` accepts the keyword argument ``keyword`` (named or **kwargs)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a callable without a readable signature: pass it all
+        return True
+    return keyword in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )

@@ -32,10 +32,12 @@ __all__ = [
     "masked_mean",
     "policy_loss",
     "token_logprobs",
+    "truncated_is_weights",
     "value_loss",
 ]
 
 KL_KINDS: tuple[str, ...] = ("k1", "k3")
+RATIO_LEVELS: tuple[str, ...] = ("token", "sequence")
 
 LOG_RATIO_LIMIT = 20.0
 """Log-ratios are clamped to +-20 before exp() so a stale token cannot overflow to inf."""
@@ -71,6 +73,7 @@ def policy_loss(
     clip_low: float,
     clip_high: float,
     dual_clip: float | None = None,
+    ratio_level: str = "token",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate with a decoupled ("clip-higher") range and optional dual clip.
 
@@ -82,6 +85,12 @@ def policy_loss(
         clip_low, clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high].
         dual_clip: c > 1; for negative advantages the loss is capped at ``-c * A``
             (Ye et al. 2020, dual-clip PPO). None disables it.
+        ratio_level: ``token`` (PPO: each token its own ratio) or ``sequence`` (GSPO, Zheng
+            et al. 2025): every token of a row takes the row's ratio ``s = exp(mean over its
+            sampled tokens of (logp - old_logp))``, written ``sg[s] * exp(logp - sg[logp])``
+            so its value is s and its gradient through token t is ``s * grad logp_t`` (the
+            GSPO-token form): the clip then keeps or drops a whole row at once. Use it with
+            ``loss_agg=seq_mean_token_mean`` for GSPO's objective.
 
     Returns:
         per_token_loss (B, T), 0 off the mask:
@@ -97,8 +106,15 @@ def policy_loss(
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+    if ratio_level not in RATIO_LEVELS:
+        raise ValueError(
+            f"ratio_level must be one of {', '.join(RATIO_LEVELS)}, got {ratio_level!r}"
+        )
     on = mask != 0
     log_ratio = torch.where(on, logp - old_logp, 0.0)
+    if ratio_level == "sequence":
+        per_row = log_ratio.detach().sum(dim=1) / on.sum(dim=1).clamp(min=1)  # (B,)
+        log_ratio = torch.where(on, per_row[:, None] + (logp - logp.detach()), 0.0)
     log_ratio = log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     ratio = torch.exp(log_ratio)  # (B, T)
     adv = torch.where(on, advantages, 0.0)
@@ -124,6 +140,40 @@ def policy_loss(
             "ratio_max": _stat(_masked_max(ratio, mask)),
         }
     return loss, stats
+
+
+def truncated_is_weights(
+    train_logp: Tensor, rollout_logp: Tensor, mask: Tensor, cap: float | None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Truncated importance weights for the gap between the sampler and the trainer.
+
+    The rollout engine (bf16 weights, a KV cache, vLLM) samples from a policy slightly off
+    the one the update scores, so the PPO ratio, taken against the trainer's old log-probs,
+    leaves that gap uncorrected. Truncated importance sampling (Yao et al. 2025) weights each
+    token's loss by ``min(pi_train_old / pi_rollout, cap)``.
+
+    Args:
+        train_logp: (B, T) old log-probs as the trainer scores them.
+        rollout_logp: (B, T) log-probs the rollout engine reported when it sampled.
+        mask: (B, T) 1 on sampled tokens.
+        cap: C; None gives weights 1 (the stats are still measured).
+
+    Returns:
+        weights (B, T), detached, 0 off the mask; stats over the masked tokens:
+        ``rollout_mismatch`` mean ``|train_logp - rollout_logp|``, ``tis_capped`` share of
+        tokens whose weight the cap cut.
+    """
+    on = mask != 0
+    with torch.no_grad():
+        log_ratio = torch.where(on, train_logp - rollout_logp, 0.0)
+        ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+        capped = on & (ratio > cap) if cap is not None else torch.zeros_like(on)
+        weights = ratio.clamp(max=cap) if cap is not None else torch.ones_like(ratio)
+        stats = {
+            "rollout_mismatch": _stat(masked_mean(log_ratio.abs(), mask)),
+            "tis_capped": _stat(masked_mean(capped.float(), mask)),
+        }
+    return torch.where(on, weights, 0.0), stats
 
 
 # ------------------------------------------------------------------------------------ value

@@ -109,6 +109,17 @@ def demonstrations(env: TextEnv) -> tuple[Demonstration, ...]:
     return tuple(offer()) if callable(offer) else ()
 
 
+def anchor(env: TextEnv, observation: str) -> str | None:
+    """The history-free key of the env's current state (GiGPO's anchor state), from an
+    optional `anchor()` method; None when the env has none, and the observation it rendered
+    is the key. Turns of one group with equal keys acted from the same state."""
+    method = getattr(env, "anchor", None)
+    if not callable(method):
+        return None
+    key = method()
+    return None if key == observation else str(key)
+
+
 def demo_count(env: TextEnv) -> int:
     """How many worked turns `demonstrations(env)` gives (an env's ``demo_count``, 0 if it
     offers none), known without building them: building may run a solver."""

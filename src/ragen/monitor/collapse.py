@@ -10,7 +10,10 @@ a running baseline and raises
   the entropy while the reward still holds; reply diversity or the MI estimate at any time;
 - a **collapse** when the success rate has given back a set share of its rise since warm-up
   (the reward, where a run logs no success), or the gradient norm jumps far above its
-  running median.
+  running median;
+- RAGEN-2's two early stops, when switched on: a **collapse** when the in-group reward std
+  stays under a share of its early baseline for several steps in a row, or the evaluation
+  success stays under a floor for several evaluations in a row.
 
 Success rather than reward: the reward also carries the env's payoff noise (Bandit's risky
 arm pays 1 one time in 4, so a policy that always picks it sees its reward swing by ±0.2
@@ -158,6 +161,9 @@ class CollapseDetector:
         self.tracks: dict[str, _Track] = {}
         self.grad_history: list[float] = []
         self.grad_active = False
+        self.std_baseline: list[float] = []  # reward std of the first steps that kept a group
+        self.std_low = 0  # steps in a row under the variance_collapse_ratio of that baseline
+        self.eval_low = 0  # evaluations in a row under eval_floor
 
     # ------------------------------------------------------------------------ stream
 
@@ -180,6 +186,8 @@ class CollapseDetector:
             alerts += self._reward_collapse(step, values)
             alerts += self._falls(step, values)
         alerts += self._grad_spike(step, values.get(names.GRAD_NORM), warm)
+        alerts += self._variance_collapse(step, values)
+        alerts += self._eval_floor(step, values)
         return alerts
 
     def _outcome(self) -> str:
@@ -256,6 +264,46 @@ class CollapseDetector:
         )
         return [Alert(step, "collapse", names.GRAD_NORM, value, median, message)]
 
+    def _variance_collapse(self, step: int, values: dict) -> list[Alert]:
+        """RAGEN-2's reward-variance stop: the baseline is the mean reward std of the first
+        ``variance_baseline_steps`` steps that kept a group; the collapse is called on the
+        ``variance_collapse_steps``-th step in a row under ``variance_collapse_ratio`` of it
+        (a step whose filter kept nothing counts, as its std is what emptied it)."""
+        c = self.config
+        std = values.get(names.REWARD_STD)
+        if not c.variance_collapse_steps or std is None:
+            return []
+        if len(self.std_baseline) < c.variance_baseline_steps:
+            if values.get(names.KEPT_GROUPS, 1.0) > 0:
+                self.std_baseline.append(std)
+            return []
+        baseline = sum(self.std_baseline) / len(self.std_baseline)
+        self.std_low = self.std_low + 1 if std < c.variance_collapse_ratio * baseline else 0
+        if self.std_low != c.variance_collapse_steps:
+            return []
+        message = (
+            f"in-group reward std {std:.4g} has stayed under {c.variance_collapse_ratio:g} x "
+            f"its baseline {baseline:.4g} for {self.std_low} steps"
+        )
+        return [Alert(step, "collapse", names.REWARD_STD, std, baseline, message)]
+
+    def _eval_floor(self, step: int, values: dict) -> list[Alert]:
+        """RAGEN-2's validation stop: called at the ``eval_floor_evals``-th evaluation in a
+        row whose success (the mean over the evaluated envs) is under ``eval_floor``."""
+        c = self.config
+        found = [v for k, v in values.items() if k.startswith("eval/") and k.endswith("/success")]
+        if not c.eval_floor_evals or not found:
+            return []
+        success = sum(found) / len(found)
+        self.eval_low = self.eval_low + 1 if success < c.eval_floor else 0
+        if self.eval_low != c.eval_floor_evals:
+            return []
+        message = (
+            f"evaluation success {success:.1%} has been under {c.eval_floor:.1%} at "
+            f"{self.eval_low} evaluations in a row"
+        )
+        return [Alert(step, "collapse", "eval/success", success, c.eval_floor, message)]
+
     def actionable(self, alerts: Sequence[Alert]) -> list[Alert]:
         """The alerts that call for ``config.action``: collapses, plus warnings when
         ``act_on`` is warning. (With action=warn the caller only logs them.)"""
@@ -271,6 +319,9 @@ class CollapseDetector:
             "tracks": {k: asdict(t) for k, t in self.tracks.items()},
             "grad_history": list(self.grad_history),
             "grad_active": self.grad_active,
+            "std_baseline": list(self.std_baseline),
+            "std_low": self.std_low,
+            "eval_low": self.eval_low,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -279,6 +330,10 @@ class CollapseDetector:
         self.tracks = {k: _Track(**v) for k, v in state["tracks"].items()}
         self.grad_history = [float(v) for v in state["grad_history"]]
         self.grad_active = bool(state["grad_active"])
+        # checkpoints written before the early stops existed hold none of their state
+        self.std_baseline = [float(v) for v in state.get("std_baseline", [])]
+        self.std_low = int(state.get("std_low", 0))
+        self.eval_low = int(state.get("eval_low", 0))
 
 
 def _crossed(track: _Track, fall: float, need: float) -> bool:

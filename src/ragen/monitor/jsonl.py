@@ -1,13 +1,14 @@
 """Append-only JSONL files and whole-file atomic writes, safe against a killed writer.
 
 Every append is a whole line, flushed and fsynced before the call returns, so a run killed at
-any moment keeps every completed record; a reader skips the torn last line of a killed run,
-and lines that cannot be shown (a lone surrogate, a number past a float's range) are skipped
-and counted.
+any moment keeps every completed record, and an append that fails (a full disk) leaves the
+file as it was; a reader skips the torn last line of a killed run, and lines that cannot be
+shown (a lone surrogate, a number past a float's range) are skipped and counted.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -57,26 +58,39 @@ def to_json_line(record: dict) -> str:
 
 
 def append_jsonl(path: Path, records: Iterable[dict]) -> int:
-    """Append records as lines, then flush and fsync; returns how many were written."""
+    """Append records as lines, then fsync; returns how many were written. The append is
+    whole or nothing: a failed write (a full disk, a file size limit) cuts the file back to
+    what it was, or removes the file it created, before raising."""
     lines = [to_json_line(r) + "\n" for r in records]
+    data = "".join(lines).encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        _heal_torn_tail(fh, path)
-        fh.writelines(lines)
-        fh.flush()
-        os.fsync(fh.fileno())
+    new = not path.exists()
+    with open(path, "a+b", buffering=0) as fh:
+        size = fh.seek(0, os.SEEK_END)
+        # A run killed mid-write leaves a last line without "\n"; start ours on a fresh line
+        # so the torn line stays alone (and skipped) instead of swallowing the next record.
+        if size:
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                data = b"\n" + data
+        try:
+            write_all(fh, data)
+            os.fsync(fh.fileno())
+        except BaseException:
+            fh.truncate(size)
+            if new:
+                path.unlink(missing_ok=True)
+            raise
     return len(lines)
 
 
-def _heal_torn_tail(fh, path: Path) -> None:
-    # A run killed mid-write leaves a last line without "\n"; start ours on a fresh line so
-    # the torn line stays alone (and skipped) instead of swallowing the next record.
-    size = path.stat().st_size
-    if size:
-        with open(path, "rb") as probe:
-            probe.seek(size - 1)
-            if probe.read(1) != b"\n":
-                fh.write("\n")
+def write_all(fh: io.FileIO, data: bytes) -> None:
+    """Write all of ``data`` to an unbuffered file: a short write (at a file size limit) is
+    continued, and the write of its rest raises the reason (EFBIG, ENOSPC). Unbuffered, a
+    failed write leaves nothing pending that closing the file would try again."""
+    left = memoryview(data)
+    while left:
+        left = left[fh.write(left) :]
 
 
 def rewrite_jsonl(path: Path, records: Iterable[dict]) -> None:
@@ -138,26 +152,32 @@ def _int_in_float_range(text: str) -> int:
 def read_jsonl(path: str | Path) -> JsonlRead:
     """Read every well-formed object line; torn or junk lines (see `parse_line`) are skipped
     and counted. A missing file reads as empty; RunDirError if the path cannot be read."""
-    records: list[dict] = []
-    skipped: list[int] = []
     path = Path(path)
     if not path.exists():
-        return JsonlRead(records, skipped)
+        return JsonlRead([], [])
     try:
         with open(path, "rb") as fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = parse_line(line)
-                except ValueError:
-                    record = None
-                if isinstance(record, dict):
-                    records.append(record)
-                else:
-                    skipped.append(number)
+            return parse_jsonl(fh)
     except OSError as err:
         raise RunDirError(
             f"cannot read {path} ({err.strerror or err}): it must be a readable JSONL file"
         ) from err
+
+
+def parse_jsonl(lines: Iterable[bytes]) -> JsonlRead:
+    """The well-formed object lines of ``lines`` (an open binary file, or its lines); the
+    1-based numbers of the others (see `parse_line`) in ``skipped``."""
+    records: list[dict] = []
+    skipped: list[int] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = parse_line(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            skipped.append(number)
     return JsonlRead(records, skipped)

@@ -167,6 +167,7 @@ def _take_turn(
         reply, ep.env.actions, min(_per_turn(ep.env, spec), left), think=spec.think
     )
     observation = ep.observation
+    anchor = envs.anchor(ep.env, observation)  # the state before this turn's actions
     if sample.finish == "length":
         # The reply never closed: its half-written answer is not executed.
         rewards, actions = [], []
@@ -194,6 +195,7 @@ def _take_turn(
         think_tokens=len(fmt.tokenizer(parsed.think, add_special_tokens=False)["input_ids"]),
         reply_start=start,
         reply_end=start + len(sample.token_ids),
+        anchor=anchor,
     )
     done.terms = {"env": sum(rewards), "format": penalty, **shaping(done, terms)}
     done.reward = sum(done.terms.values())

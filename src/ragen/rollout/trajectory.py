@@ -41,6 +41,13 @@ class Turn:
     reply_start: int
     reply_end: int
     terms: dict[str, float] = field(default_factory=dict)  # reward by term; sums to reward
+    anchor: str | None = None  # the state's key when the env gives one (see envs.anchor)
+
+    @property
+    def anchor_key(self) -> str:
+        """The history-free key of the state this turn acted from: turns of a group with
+        equal keys form one of GiGPO's anchor groups."""
+        return self.observation if self.anchor is None else self.anchor
 
     @property
     def reply_tokens(self) -> int:
@@ -93,10 +100,7 @@ class Trajectory:
             "group": self.group,
             "copy": self.copy,
             "seed": self.seed,
-            "turns": [
-                {k: v for k, v in asdict(t).items() if k not in ("reply_start", "reply_end")}
-                for t in self.turns
-            ],
+            "turns": [_turn_record(t) for t in self.turns],
             "total_reward": self.total_reward,
             "success": self.success,
             "end": self.end,
@@ -105,6 +109,16 @@ class Trajectory:
             "reply_tokens": sum(self.loss_mask),
             "context_tokens": len(self.token_ids),
         }
+
+
+def _turn_record(turn: Turn) -> dict:
+    """A turn as the JSONL record holds it: no token offsets, and the anchor only when the
+    env gave one that differs from the observation."""
+    record = asdict(turn)
+    del record["reply_start"], record["reply_end"]
+    if turn.anchor is None:
+        del record["anchor"]
+    return record
 
 
 @dataclass
@@ -117,6 +131,8 @@ class Batch:
     rewards: torch.Tensor  # (B, T) float, placed per reward_placement
     scores: torch.Tensor  # (B,) float, episode returns
     group_ids: torch.Tensor  # (B,) long
+    turn_ids: torch.Tensor  # (B, T) long, the 0-based turn of each reply token, -1 elsewhere
+    logprobs: torch.Tensor  # (B, T) float, what the sampler reported per reply token, 0 elsewhere
 
 
 def collate(
@@ -131,6 +147,12 @@ def collate(
     def pad(rows: list[list], value) -> list[list]:
         return [row + [value] * (width - len(row)) for row in rows]
 
+    def turn_row(t: Trajectory) -> list[int]:
+        row = [-1] * len(t.token_ids)
+        for number, turn in enumerate(t.turns):
+            row[turn.reply_start : turn.reply_end] = [number] * turn.reply_tokens
+        return row
+
     return Batch(
         input_ids=torch.tensor(pad([t.token_ids for t in trajectories], pad_id)),
         attention_mask=torch.tensor(pad([[1] * len(t.token_ids) for t in trajectories], 0)),
@@ -138,4 +160,6 @@ def collate(
         rewards=torch.tensor(pad([t.token_rewards(placement) for t in trajectories], 0.0)),
         scores=torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32),
         group_ids=torch.tensor([t.group for t in trajectories]),
+        turn_ids=torch.tensor(pad([turn_row(t) for t in trajectories], -1)),
+        logprobs=torch.tensor(pad([t.logprobs for t in trajectories], 0.0)),
     )

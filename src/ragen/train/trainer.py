@@ -17,7 +17,7 @@ import copy
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,17 @@ import torch
 from tqdm import tqdm
 
 from ragen import models, phases, threads
-from ragen.algos import Coefficients, estimate, select_groups, whiten
+from ragen.algos import (
+    METRICS,
+    Coefficients,
+    FilterRule,
+    advantage_weights,
+    estimate,
+    sampled_entropy,
+    select_groups,
+    whiten,
+)
+from ragen.algos.gigpo import anchor_ids
 from ragen.config import ROW_BY_ROW, AlgoConfig, Config, ConfigError, import_estimator, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
 from ragen.monitor.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl
@@ -108,6 +118,8 @@ def batch_advantages(
     values: torch.Tensor | None,
     scores: torch.Tensor,
     group_ids: torch.Tensor,
+    turn_ids: torch.Tensor | None = None,
+    anchor_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns (B, T) of a whole kept batch by ``algo.estimator``, the
     advantages whitened over its sampled tokens when the algo whitens (as RAGEN's verl code
@@ -120,6 +132,8 @@ def batch_advantages(
         values=values,
         scores=scores,
         group_ids=group_ids,
+        turn_ids=turn_ids,
+        anchor_ids=anchor_ids,
         coefs=Coefficients.of(algo),
     )
     if algo.whitens():
@@ -255,6 +269,7 @@ class Trainer:
         self.rollbacks = 0
         self.stopped_at: int | None = None  # last step: monitor.action=stop or max_minutes
         self.eval_success: float | None = None  # mean eval success of the latest evaluation
+        self.empty_steps = 0  # steps in a row whose filter kept no group
         self.start_step = self._resume() if resume else 0
         self.started = time.monotonic()  # max_minutes counts from here; train() restarts it
         self.rollouts: list[Trajectory] | None = None
@@ -338,17 +353,16 @@ class Trainer:
         metrics.update(filter_metrics)
         started = time.perf_counter()
         if kept:
-            data = self.prepare(kept)
+            self.empty_steps = 0
+            data, weight_metrics = self.weigh(self.prepare(kept), kept)
+            metrics.update(weight_metrics)
             metrics.update(self.update(data, step))
             metrics["time/update_s"] = time.perf_counter() - started
             metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
                 metrics["time/update_s"], 1e-9
             )
         else:
-            # The filter kept no group (filter/empty): nothing to learn from, so no update;
-            # the same on every rank, which all filter the same gathered groups.
-            say(f"[step {step}] the filter kept no group: no update this step")
-            metrics.update({"actor/optimizer_steps": 0.0, "time/update_s": 0.0})
+            metrics.update(self.skip_update(step))
         metrics.update({phases.metric(name): s for name, s in phases.drain().items()})
         metrics.update(gpu_memory_metrics(self.device))
         last = self.is_last(step)  # decided once: the budget may pass during the evaluation
@@ -405,19 +419,58 @@ class Trainer:
         return self.rollouts
 
     def filter(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], dict]:
-        """Uncertainty filtering: keep the groups whose returns vary most (StarPO-S), or the
-        most varied ones up to a share of the summed reward std (RAGEN-2's top_p); the
-        latter, and filter_include_zero=false, may keep none."""
+        """The rollout filter (algo.filter_*): by default StarPO-S's, the share of groups
+        whose returns vary most; top_p, min_p and filter_include_zero=false may keep none."""
         a, n = self.config.algo, self.config.rollout.group_size
+        rule = FilterRule.of(a, self.filter_ratio)
+        per_episode = {  # what each METRICS quantity reads of an episode
+            "return": lambda t: t.total_reward,
+            "entropy": lambda t: float(
+                sampled_entropy(torch.tensor(t.logprobs), torch.tensor(t.loss_mask))
+            ),
+            "length": lambda t: float(sum(t.loss_mask)),
+        }[METRICS[rule.metric][0]]
         returns = torch.tensor([t.total_reward for t in trajectories]).view(-1, n)  # (G, N)
-        keep, metrics = select_groups(
-            returns,
-            self.filter_ratio,
-            a.filter_mode,
-            top_p=a.filter_top_p,
-            include_zero=a.filter_include_zero,
-        )
+        values = torch.tensor([per_episode(t) for t in trajectories]).view(-1, n)  # (G, N)
+        keep, metrics = select_groups(returns, rule, values)
         return [t for t in trajectories if keep[t.group]], metrics
+
+    def weigh(self, data: UpdateData, kept: list[Trajectory]) -> tuple[UpdateData, dict]:
+        """RAGEN-2's weights on the kept episodes' advantages (algo.filter_loss_scaling,
+        algo.soft_advantage_reweight; ``advantage_weights``), and their metrics; ``data``
+        as it is when both are off."""
+        a = self.config.algo
+        if a.filter_loss_scaling == "none" and not a.soft_advantage_reweight:
+            return data, {}
+        assert data.advantages is not None  # the config refuses the update's own estimate
+        weights = advantage_weights(
+            torch.tensor([t.total_reward for t in kept]),
+            torch.tensor([t.group for t in kept]),
+            kept_share=len({t.group for t in kept}) / self.config.rollout.groups,
+            loss_scaling=a.filter_loss_scaling,
+            soft=a.soft_advantage_reweight,
+        )  # (B,)
+        advantages = data.advantages * weights.to(data.advantages)[:, None]  # (B, T)
+        metrics = {
+            "filter/weight_mean": float(weights.mean()),
+            "filter/weight_min": float(weights.min()),
+        }
+        return replace(data, advantages=advantages), metrics
+
+    def skip_update(self, step: int) -> dict[str, float]:
+        """A step whose filter kept no group (filter/empty): nothing to learn from, so no
+        update, the same on every rank, which all filter the same gathered groups;
+        algo.filter_empty_stop_steps such steps in a row end the run."""
+        say(f"[step {step}] the filter kept no group: no update this step")
+        self.empty_steps += 1
+        limit = self.config.algo.filter_empty_stop_steps
+        if limit and self.empty_steps >= limit:
+            say(
+                f"[step {step}] the filter kept no group {self.empty_steps} steps in a row "
+                f"(algo.filter_empty_stop_steps={limit}): the run stops here"
+            )
+            self.stopped_at = step
+        return {"actor/optimizer_steps": 0.0, "time/update_s": 0.0}
 
     def prepare(self, kept: list[Trajectory]) -> UpdateData:
         """Collate, score (old log-probs in the update's dtype, reference, values), and
@@ -443,6 +496,7 @@ class Trainer:
                 ref_logprobs=scored["ref_logprobs"],
                 old_values=None,
                 rewards=rewards,
+                rollout_logprobs=batch.logprobs.to(self.device),
             )
         with phases.timed(phases.ADVANTAGES):
             advantages, returns = batch_advantages(
@@ -452,6 +506,12 @@ class Trainer:
                 values=scored["values"],
                 scores=batch.scores.to(self.device),
                 group_ids=batch.group_ids.to(self.device),
+                turn_ids=batch.turn_ids.to(self.device),
+                anchor_ids=anchor_ids(
+                    [[turn.anchor_key for turn in t.turns] for t in kept],
+                    [t.group for t in kept],
+                    c.algo.gigpo_similarity,
+                ).to(self.device),
             )
         return UpdateData(
             input_ids=ids,
@@ -462,6 +522,7 @@ class Trainer:
             old_logprobs=scored["old_logprobs"],
             ref_logprobs=scored["ref_logprobs"],
             old_values=scored["values"],
+            rollout_logprobs=batch.logprobs.to(self.device),
         )
 
     def critic_first(self, kept: int) -> bool:
@@ -677,6 +738,7 @@ class Trainer:
                 "loop": self.name,
                 "rollbacks": self.rollbacks,
                 "eval_success": self.eval_success,
+                "empty_steps": self.empty_steps,
             }
             if self.detector is not None:
                 state["monitor"] = self.detector.state_dict()
@@ -769,6 +831,7 @@ class Trainer:
             return problems[0]
         self.rollbacks = int(state.get("rollbacks", 0))
         self.eval_success = state.get("eval_success")
+        self.empty_steps = int(state.get("empty_steps", 0))
         if self.detector is not None and "monitor" in state:
             self.detector.load_state_dict(state["monitor"])
         return None
@@ -777,14 +840,17 @@ class Trainer:
 # Settings the checkpoints' tensors were shaped by: a resume cannot change them.
 SHAPING_KEYS = ("model.spec", "model.lora_rank", "model.critic_body", "model.critic_layers")
 LORA_KEYS = ("model.lora_alpha", "model.lora_targets")  # shaping too, when LoRA is on
+# The game a run's checkpoints were trained on: its steps, logs and report are all of one
+# game, so another is a new run (model.spec= a checkpoint), not a resume.
+RUN_KEYS = ("env.name",)
 
 
 def check_resume(run: RunDir, saved: Config, asked: Config, *, sft: bool = False) -> None:
     """Refuse a resume of ``run`` (trained with ``saved``) with settings its checkpoints
-    cannot take (``asked``): another model or LoRA, a critic added or dropped (RL runs),
-    fewer steps than are done (``sft.steps`` for a `ragen sft` run). Reads only; raises
-    ConfigError with one line naming the key and the fix."""
-    keys = SHAPING_KEYS + (LORA_KEYS if saved.model.lora_rank > 0 else ())
+    cannot take (``asked``): another game, another model or LoRA, a critic added or dropped
+    (RL runs), fewer steps than are done (``sft.steps`` for a `ragen sft` run). Reads only;
+    raises ConfigError with one line naming the key and the fix."""
+    keys = RUN_KEYS + SHAPING_KEYS + (LORA_KEYS if saved.model.lora_rank > 0 else ())
     for key in keys:
         section, name = key.split(".")
         before = getattr(getattr(saved, section), name)

@@ -1,7 +1,8 @@
 """The PPO update: epochs over shuffled mini-batches, gradients accumulated over micro-batches.
 
-Per micro-batch: the policy loss (decoupled clip), minus the entropy bonus, plus the KL
-penalty when it is on; the critic's clipped value loss. Each is aggregated with the
+Per micro-batch: the policy loss (decoupled clip), weighted per token by truncated importance
+sampling when the trainer passes the sampler's log-probs, minus the entropy bonus, plus the
+KL penalty when it is on; the critic's clipped value loss. Each is aggregated with the
 mini-batch's normaliser, so micro-batch losses add up to the mini-batch loss exactly. A
 mini-batch whose loss or gradient norm is not finite is skipped: no optimiser step, the
 weights stay as they were, and ``actor/skipped_steps`` counts it.
@@ -35,6 +36,7 @@ from ragen.algos import (
     value_loss,
     whiten,
 )
+from ragen.algos.losses import truncated_is_weights
 from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
 from ragen.train.forward import SharedOpening, critic_opening
@@ -76,6 +78,7 @@ class UpdateData:
     ref_logprobs: torch.Tensor | None
     old_values: torch.Tensor | None
     rewards: torch.Tensor | None = None
+    rollout_logprobs: torch.Tensor | None = None  # what the sampler reported (TIS)
 
     def rows(self, index: torch.Tensor) -> UpdateData:
         """A sub-batch, trimmed to its longest row (right padding only)."""
@@ -97,6 +100,7 @@ class UpdateData:
             ref_logprobs=take_optional(self.ref_logprobs),
             old_values=take_optional(self.old_values),
             rewards=take_optional(self.rewards),
+            rollout_logprobs=take_optional(self.rollout_logprobs),
         )
 
 
@@ -214,7 +218,14 @@ def _micro_loss(
         s.algo.clip_low,
         s.algo.clip_high,
         s.algo.dual_clip,
+        s.algo.ratio_level,
     )
+    if data.rollout_logprobs is not None:
+        weights, gap = truncated_is_weights(
+            old_logprobs, data.rollout_logprobs, mask, s.algo.tis_cap
+        )
+        pg_tok = pg_tok * weights
+        stats.update(gap)
     pg = aggregate(pg_tok, mask, s.algo.loss_agg, norm)
     ent = aggregate(entropy, mask, s.algo.loss_agg, norm)
     actor = pg - s.algo.entropy_coef * ent
