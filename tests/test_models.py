@@ -1,6 +1,7 @@
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -197,6 +198,42 @@ def _cut_in_half(file: Path) -> None:
     file.write_bytes(data[: len(data) // 2])
 
 
+def _set_config(folder: Path, **values) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(values)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _shard(folder: Path, index: dict) -> None:
+    """``folder``'s weights as the one shard of a safetensors index, ``index`` less its
+    weight map, which maps every weight to ``shard.safetensors``."""
+    from safetensors import safe_open
+
+    (folder / "model.safetensors").rename(folder / "shard.safetensors")
+    with safe_open(str(folder / "shard.safetensors"), framework="pt") as weights:
+        weight_map = dict.fromkeys(weights.keys(), "shard.safetensors")
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": weight_map, **index})
+    )
+
+
+def _index_outside(folder: Path) -> None:
+    """An index whose weight map points at intact weights outside the folder."""
+    _shard(folder, {"metadata": {}})
+    (folder / "shard.safetensors").rename(folder.parent / "elsewhere.safetensors")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"] = dict.fromkeys(index["weight_map"], "../elsewhere.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def _pickle_weights(folder: Path) -> None:
+    """The same weights, saved by torch.save as pytorch_model.bin (a pickle)."""
+    from safetensors.torch import load_file
+
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -204,8 +241,33 @@ def _cut_in_half(file: Path) -> None:
         (lambda f: (f / "config.json").write_text("{oops"), r"config\.json is not readable JSON"),
         (lambda f: (f / "config.json").write_text("[1]"), r"config\.json is not a JSON object"),
         (lambda f: (f / "model.safetensors").unlink(), "is incomplete: it lacks model.safetensors"),
+        (lambda f: _set_config(f, num_hidden_layers=0), r"config\.json gives num_hidden_layers=0"),
+        (
+            lambda f: _set_config(f, hidden_size=128),
+            r"config\.json does not match the weights: model\.embed_tokens\.weight is "
+            r"\[49152, 64\] in model\.safetensors but config\.json makes it \[49152, 128\]",
+        ),
+        (
+            lambda f: _set_config(f, vocab_size=1000),
+            r"model\.embed_tokens\.weight is \[49152, 64\] in model\.safetensors but "
+            r"config\.json makes it \[1000, 64\]",
+        ),
+        (_index_outside, r"names the shard '\.\./elsewhere\.safetensors', which is not a file"),
+        (lambda f: _shard(f, {}), r"index\.json is not a weight index: it needs a \"metadata\""),
+        (_pickle_weights, r"pytorch_model\.bin holds pickled .* ragen loads safetensors only"),
     ],
-    ids=["truncated-weights", "bad-json", "not-an-object", "no-weights"],
+    ids=[
+        "truncated-weights",
+        "bad-json",
+        "not-an-object",
+        "no-weights",
+        "zero-layers",
+        "hidden-size-not-the-weights",
+        "vocab-size-not-the-weights",
+        "index-outside-the-folder",
+        "index-without-metadata",
+        "pickled-weights",
+    ],
 )
 def test_a_damaged_folder_is_refused_naming_the_file(tiny_folder, damage, message, capsys):
     damage(tiny_folder)
@@ -213,11 +275,24 @@ def test_a_damaged_folder_is_refused_naming_the_file(tiny_folder, damage, messag
         models.load_policy(str(tiny_folder))
     with pytest.raises(models.ModelError, match=message):
         models.build_skeleton(str(tiny_folder))
-    argv = ["eval", "--env", "bandit", "--model", str(tiny_folder), "--out", str(tiny_folder / "e")]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("ragen: ") and err.count("\n") == 1 and str(tiny_folder) in err
-    assert not (tiny_folder / "e").exists()
+    _assert_refused_by_every_command(tiny_folder, message, capsys)
+
+
+def _assert_refused_by_every_command(folder: Path, message: str, capsys) -> None:
+    """`ragen eval`, `ragen model info` and `ragen train` on ``folder`` each exit 2 with one
+    line naming it and matching ``message``, and write nothing."""
+    out = folder.parent / "out"
+    commands = [
+        ["eval", "--env", "bandit", "--model", str(folder), "--out", str(out)],
+        ["model", "info", str(folder)],
+        ["train", "bandit", f"model.spec={folder}", "trainer.steps=1", "--out", str(out)],
+    ]
+    for argv in commands:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("ragen: ") and err.count("\n") == 1, err
+        assert str(folder) in err and re.search(message, err), err
+        assert not out.exists()
 
 
 def test_an_unknown_architecture_is_refused_in_one_line(tiny_folder):
@@ -263,3 +338,59 @@ def test_a_folder_that_ships_code_is_refused_unless_trusted(tiny_folder, capsys,
     # trusted, the folder's code runs as transformers runs it
     models.build_skeleton(str(tiny_folder), trust_remote_code=True)
     assert marker.read_text() == "ran"
+
+
+# A chat template that runs about 10^7 loop steps (seconds) once a dialogue has more than
+# four messages, and renders a plain transcript after.
+_SLOW_PAST_FOUR = (
+    "{% if messages|length > 4 %}{% for i in range(100000) %}{% for j in range(100) %}"
+    "{% endfor %}{% endfor %}{% endif %}"
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (
+            "{{ ''.__class__.__mro__ }}",
+            r"failed on a dialogue \(SecurityError: access to attribute",
+        ),
+        (
+            _SLOW_PAST_FOUR.replace("> 4", "> 0"),
+            r"did not finish rendering a dialogue within 0\.1 s",
+        ),
+    ],
+    ids=["breaks-the-sandbox", "runs-too-long"],
+)
+def test_a_bad_chat_template_is_refused_as_the_model_loads(
+    tiny_folder, template, message, capsys, monkeypatch
+):
+    monkeypatch.setattr(models, "TEMPLATE_SECONDS", 0.1)
+    (tiny_folder / "chat_template.jinja").write_text(template)
+    with pytest.raises(models.ModelError, match=f"the chat template of {tiny_folder} {message}"):
+        models.load_tokenizer(str(tiny_folder))
+    _assert_refused_by_every_command(tiny_folder, message, capsys)
+
+
+def test_a_chat_template_that_runs_too_long_later_is_stopped_mid_dialogue(tiny_folder, monkeypatch):
+    from ragen.rollout.dialogue import ChatFormat
+
+    monkeypatch.setattr(models, "TEMPLATE_SECONDS", 0.1)
+    (tiny_folder / "chat_template.jinja").write_text(_SLOW_PAST_FOUR)
+    tokenizer = models.load_tokenizer(str(tiny_folder))  # the four-message probe is quick
+    chat = ChatFormat(tokenizer, system="Play.", reply_prefix="")
+    assert (
+        chat.opening("State 1")
+        == tokenizer("system: Play.\nuser: State 1\nassistant: ")["input_ids"]
+    )
+    history = [
+        {"role": "user", "content": "State 1"},
+        {"role": "assistant", "content": "left"},
+        {"role": "user", "content": "State 2"},
+    ]
+    tracer = sys.gettrace()
+    with pytest.raises(models.ModelError, match="did not finish rendering a dialogue"):
+        chat.continuation(history, "State 3", reply_stopped=False)
+    assert sys.gettrace() is tracer  # a debugger's or coverage's tracer is put back

@@ -1,7 +1,9 @@
 """The `ragen` command line.
 
 Every command validates its input before doing anything: a bad config, model spec or env
-name prints one line saying what is wrong and how to fix it, and exits with status 2.
+name prints one line saying what is wrong and how to fix it, and exits with status 2. So
+does a folder a command cannot write (a full or read-only disk, no permission), checked
+before the work starts, and a path the file system refuses (a name over 255 bytes).
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ def _resumed(path: str, overrides: list[str], command: str):
     run = RunDir(Path(path), command=command)
     if not run.config.is_file():
         raise UsageError(f"{path} is not a run directory (no config.yaml)")
+    run.check_writable()
     cfg = config.load(str(run.config), overrides)
     check_resume(run, config.load(str(run.config)), cfg, sft=command == "sft")
     return cfg, run
@@ -155,6 +158,7 @@ def _train_config(args: argparse.Namespace):
     cfg = config.load(args.preset, args.overrides)
     run = RunDir(Path(args.out) if args.out else default_run_root(args.preset))
     run.check_new()
+    run.check_writable()
     return cfg, run
 
 
@@ -193,7 +197,15 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
         if main:
             print(f"run directory: {run.root}")
         trainer = loop(cfg, run, resume=resume)
-        if resume:  # recorded once the checkpoint has loaded: a failed resume changes nothing
+        if trainer.start_step >= trainer.steps:  # a finished run resumed: nothing to record
+            if main:
+                key = "sft.steps" if run.command == "sft" else "trainer.steps"
+                print(
+                    f"nothing left to train: {run.root} has done {key}={trainer.steps}; "
+                    f"config.yaml is unchanged (raise {key} to train more)"
+                )
+            return EXIT_OK
+        if resume:  # recorded once the checkpoint has loaded and a step is left to train
             distributed.on_main(lambda: rewrite_config(run, cfg))
         try:
             trainer.train()
@@ -236,6 +248,7 @@ def _sft_config(args: argparse.Namespace):
     out = Path(args.out) if args.out else default_run_root(f"sft-{args.env}")
     run = RunDir(out, command="sft")
     run.check_new()
+    run.check_writable()
     return cfg, run
 
 
@@ -573,6 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ragen.config import ConfigError
     from ragen.models import ModelError
     from ragen.monitor.jsonl import RunDirError
+    from ragen.monitor.rundir import disk_error_line
     from ragen.train.distributed import LaunchError
 
     args = parse_args(argv)
@@ -580,6 +594,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (ConfigError, LaunchError, ModelError, RunDirError, UsageError) as err:
         print(f"ragen: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:  # a full disk, a name too long: where no command said it better
+        line = disk_error_line(err)
+        if line is None:
+            raise
+        print(f"ragen: {line}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("ragen: interrupted", file=sys.stderr)

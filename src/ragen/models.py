@@ -12,7 +12,10 @@ Specs:
   (``allow_download=True``); ragen never touches the network on its own.
 
 A folder is checked before transformers reads it (:func:`check_folder`), so a damaged one (an
-unreadable config.json, missing or cut-short weights) is refused in one line naming the file.
+unreadable config.json, a size of 0, pickled weights, a bad index, missing or cut-short
+weights) is refused in one line naming the file; so are weights whose shapes config.json
+contradicts, as the model is built (:func:`build_skeleton`), and a chat template that breaks
+the sandbox or runs too long, as its tokenizer loads (:func:`render_chat`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -57,6 +62,25 @@ _DONE_MARKER = "ragen-converted.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SAFETENSORS = "model.safetensors"
 _SAFETENSORS_INDEX = "model.safetensors.index.json"
+# Weights stored with pickle: unpickling a file can run any code, so ragen never reads them.
+_PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+# Sizes config.json must give as positive whole numbers where it gives them: 0 layers or heads
+# builds a model that fails far from the file (a division by zero in the generator).
+_POSITIVE_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+TEMPLATE_SECONDS = 5.0
+"""The longest one rendering of a chat template may run: real templates render ragen's
+dialogues in a small fraction of it, so only a runaway template (nested loops over huge
+ranges) comes near it."""
+
+# What a model's chat template is first asked to render as its tokenizer loads: the shape of
+# every dialogue ragen renders (system, user, a reply, the next user message, the header).
+_PROBE_DIALOGUE = (
+    {"role": "system", "content": "You play a game."},
+    {"role": "user", "content": "State: start. Your move?"},
+    {"role": "assistant", "content": "<answer>left</answer>"},
+    {"role": "user", "content": "State: next. Your move?"},
+)
 
 
 class ModelError(ValueError):
@@ -239,6 +263,8 @@ def load_tokenizer(
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.chat_template:  # refused now, not mid-evaluation
+        render_chat(tokenizer, _PROBE_DIALOGUE, generation_prompt=True)
     return tokenizer
 
 
@@ -274,26 +300,78 @@ def _read_json(file: Path):
 
 
 def _weight_files(folder: Path) -> list[Path]:
-    """The weight files transformers would read from ``folder`` (maybe not all present)."""
-    for index_name in (_SAFETENSORS_INDEX, "pytorch_model.bin.index.json"):
-        index = folder / index_name
-        if index.is_file():
-            data = _read_json(index)
-            weight_map = (data.get("weight_map") if isinstance(data, dict) else None) or {}
-            return [folder / str(name) for name in sorted(set(map(str, weight_map.values())))]
-    single = [folder / name for name in (_SAFETENSORS, "pytorch_model.bin")]
-    return [file for file in single if file.is_file()]
+    """The safetensors files transformers reads from ``folder``, looked for in its order:
+    model.safetensors, else the shards its index names (maybe not all present), else none.
+    Pickled weights are refused: ragen loads safetensors only."""
+    if (folder / _SAFETENSORS).is_file():
+        return [folder / _SAFETENSORS]
+    index = folder / _SAFETENSORS_INDEX
+    if index.is_file():
+        return [folder / name for name in _shard_names(index)]
+    for name in _PICKLED:
+        if (folder / name).is_file():
+            raise ModelError(
+                f"{folder / name} holds pickled PyTorch weights, which ragen never loads "
+                "(unpickling can run code): ragen loads safetensors only; use a folder with "
+                "model.safetensors, or convert the weights with a tool you trust"
+            )
+    return []
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard files a safetensors index names. Each must be a plain file name (transformers
+    joins it to the folder, so ``../x`` would read outside it), and the index must hold the
+    ``metadata`` and ``weight_map`` objects transformers reads."""
+    data = _read_json(index)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not (
+        isinstance(weight_map, dict)
+        and weight_map
+        and all(isinstance(name, str) for name in weight_map.values())
+        and isinstance(data.get("metadata"), dict)
+    ):
+        raise ModelError(
+            f'{index} is not a weight index: it needs a "metadata" object and a "weight_map" '
+            "from weight names to shard files; restore the file from the model's source"
+        )
+    names = sorted(set(weight_map.values()))
+    for name in names:
+        if name in ("", ".", "..") or Path(name).name != name:
+            raise ModelError(
+                f"{index} names the shard {name!r}, which is not a file inside {index.parent}: "
+                "shard names are plain file names in the model folder; restore the index"
+            )
+    return names
+
+
+def _check_sizes(config_file: Path, config: dict) -> None:
+    """The sizes ``config`` gives (top level, and ``text_config`` for a multimodal model) are
+    positive whole numbers."""
+    for section in (config, config.get("text_config")):
+        if not isinstance(section, dict):
+            continue
+        for key in _POSITIVE_SIZES:
+            value = section.get(key)
+            if key in section and (type(value) is not int or value < 1):
+                raise ModelError(
+                    f"{config_file} gives {key}={json.dumps(value)}: a causal LM needs a "
+                    "positive whole number there; restore the model's config.json"
+                )
 
 
 def check_folder(folder: Path) -> None:
     """Refuse a model folder that cannot load, naming the file: a config.json that is not a
-    JSON object, missing weights (an interrupted save or prune), a cut-short safetensors file.
-    Reads only config.json and the safetensors headers."""
+    JSON object or gives a size that is not a positive whole number (0 layers), pickled
+    weights, an index that names shards outside the folder or lacks its metadata, missing
+    weights (an interrupted save or prune), a cut-short safetensors file. Reads only
+    config.json, the index and the safetensors headers."""
     from safetensors import SafetensorError, safe_open
 
     config_file = folder / "config.json"
-    if not isinstance(_read_json(config_file), dict):
+    config = _read_json(config_file)
+    if not isinstance(config, dict):
         raise ModelError(f"{config_file} is not a JSON object: restore the model's config.json")
+    _check_sizes(config_file, config)
     weights = _weight_files(folder)
     missing = [f.name for f in weights if not f.is_file()] if weights else [_SAFETENSORS]
     if missing:
@@ -303,8 +381,6 @@ def check_folder(folder: Path) -> None:
             "folder"
         )
     for file in weights:
-        if file.suffix != ".safetensors":
-            continue
         try:
             with safe_open(str(file), framework="pt"):
                 pass  # opening checks the header against the file's size
@@ -375,7 +451,8 @@ def build_skeleton(
     spec: str = DEFAULT_SPEC, *, allow_download: bool = False, trust_remote_code: bool = False
 ):
     """The causal LM of ``spec`` on the ``meta`` device: every module and shape, no weights
-    read and no memory taken, for checks made before a run starts."""
+    read and no memory taken, for checks made before a run starts. A local folder's weights
+    must have the shapes its config.json gives (their headers are read)."""
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
     source = resolve(spec)
@@ -387,11 +464,34 @@ def build_skeleton(
     config = _read_config(location, allow_download, trust_remote_code)
     try:
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+            skeleton = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     except (ValueError, TypeError, KeyError) as err:
         raise ModelError(
             f"{location}: no causal LM can be built from its config: {_line(err)}"
         ) from None
+    if source.kind != "hub":
+        _check_shapes(Path(location), skeleton)
+    return skeleton
+
+
+def _check_shapes(folder: Path, skeleton) -> None:
+    """Refuse weights whose shapes config.json contradicts (a hidden or vocabulary size edited,
+    or copied from another model), where transformers would print a report and raise a
+    RuntimeError: each weight stored under a name of the model built from config.json must
+    have that model's shape. Reads the safetensors headers only."""
+    from safetensors import safe_open
+
+    wanted = {name: list(tensor.shape) for name, tensor in skeleton.state_dict().items()}
+    for file in _weight_files(folder):
+        with safe_open(str(file), framework="pt") as weights:
+            for name in sorted(set(weights.keys()) & set(wanted)):
+                stored = weights.get_slice(name).get_shape()
+                if stored != wanted[name]:
+                    raise ModelError(
+                        f"{folder}: config.json does not match the weights: {name} is "
+                        f"{stored} in {file.name} but config.json makes it {wanted[name]}; "
+                        "restore the model's config.json, or use the weights it was saved with"
+                    )
 
 
 def load_policy(
@@ -416,6 +516,8 @@ def load_policy(
     if source.kind == "tiny":
         model = build_tiny(len(tokenizer), seed=seed, eos_token_id=tokenizer.eos_token_id)
     else:
+        # refuses, by name, weights config.json contradicts (transformers: a log and a traceback)
+        build_skeleton(spec, allow_download=allow_download, trust_remote_code=trust_remote_code)
         location = _load_location(source, allow_download)
         try:
             model = AutoModelForCausalLM.from_pretrained(
@@ -423,6 +525,7 @@ def load_policy(
                 dtype=torch_dtype,
                 local_files_only=not allow_download,
                 trust_remote_code=trust_remote_code,
+                use_safetensors=True,  # a Hub model, too, is never unpickled
             )
         except (OSError, ValueError, SafetensorError) as err:
             raise ModelError(
@@ -449,13 +552,67 @@ def describe(model, tokenizer) -> dict:
     }
 
 
+class _OutOfTime(Exception):
+    """Raised inside a chat template's code when its rendering has run out of time."""
+
+
+@contextmanager
+def _time_bound(seconds: float) -> Iterator[None]:
+    """Stop a chat template still rendering after ``seconds`` (raises `_OutOfTime` inside it).
+
+    Jinja compiles a template into Python code whose file name is ``<template>``; a trace
+    function that sees every line of that code can raise inside it however deep its loops
+    nest. A signal cannot do this from any thread (SIGALRM reaches only the main one), and a
+    thread left rendering cannot be stopped at all. Other code gets no line tracing, which
+    keeps the cost of a rendering small. One step done in C is not cut short (the sandbox bounds
+    ``range`` to 100,000 items, not a string repeated ``n`` times). A tracer already set (a
+    debugger, coverage) is put back afterwards and misses the rendering itself.
+    """
+    deadline = time.monotonic() + seconds
+
+    def in_template(frame, event, arg):
+        if time.monotonic() > deadline:
+            raise _OutOfTime
+        return in_template
+
+    def on_call(frame, event, arg):
+        return in_template if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
+def render_chat(tokenizer, messages: Sequence[dict], *, generation_prompt: bool) -> str:
+    """``messages`` rendered as text by the tokenizer's chat template, within
+    `TEMPLATE_SECONDS`. A template that runs longer, or breaks the sandbox's rules (reads
+    ``__class__``...) or its own, is a ModelError naming the model folder: a template comes
+    with the model, from whoever made it."""
+    from jinja2 import TemplateError
+
+    try:
+        with _time_bound(TEMPLATE_SECONDS):
+            return tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=generation_prompt
+            )
+    except _OutOfTime:
+        problem = f"did not finish rendering a dialogue within {TEMPLATE_SECONDS:g} s"
+    except TemplateError as err:
+        problem = f"failed on a dialogue ({type(err).__name__}: {_line(err).rstrip('.')})"
+    raise ModelError(
+        f"the chat template of {tokenizer.name_or_path} {problem}: fix or remove the template "
+        "(chat_template.jinja, or chat_template in tokenizer_config.json)"
+    )
+
+
 def chat_prompt_ids(tokenizer, text: str) -> list[int]:
     """Token ids of one user message, rendered with the chat template when the model has one."""
     if getattr(tokenizer, "chat_template", None):
         messages = [{"role": "user", "content": text}]
-        rendered = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
+        rendered = render_chat(tokenizer, messages, generation_prompt=True)
         return tokenizer(rendered, add_special_tokens=False)["input_ids"]
     return tokenizer(text)["input_ids"]
 

@@ -88,6 +88,32 @@ def test_torn_and_junk_lines_are_skipped_and_counted(tmp_path):
     assert [r["step"] for r in read_jsonl(path).records] == [0, 1, 3]
 
 
+def test_a_failed_append_leaves_the_file_as_it_was(tmp_path):
+    # Under a file size limit the record does not fit, as on a full disk: the old file (a
+    # torn last line included, which the append would first end) keeps every byte, and a
+    # file the append created is gone.
+    old = tmp_path / "metrics.jsonl"
+    old.write_text('{"step": 0}\n{"step": 1, "rollo')
+    script = textwrap.dedent(
+        f"""
+        import resource, signal
+        from pathlib import Path
+        from ragen.monitor.jsonl import append_jsonl
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+        for name in ("metrics.jsonl", "new.jsonl"):
+            try:
+                append_jsonl(Path({str(tmp_path)!r}) / name, [{{"step": 1, "pad": "x" * 80}}])
+            except OSError as err:
+                print(err.strerror)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.stdout.splitlines() == ["File too large", "File too large"]
+    assert old.read_text() == '{"step": 0}\n{"step": 1, "rollo'
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
+
+
 def test_a_killed_run_keeps_every_completed_step(tmp_path):
     script = textwrap.dedent(
         f"""

@@ -65,3 +65,38 @@ def test_a_second_writer_is_refused_and_a_killed_holders_lock_is_taken_over(tmp_
         assert json.loads(resumed.lock.read_text())["pid"] == os.getpid()
     with hold(resumed):  # released at the end of the block
         pass
+
+
+LIMITED_HOLD = """
+import resource, signal, sys
+from pathlib import Path
+from ragen.monitor.jsonl import RunDirError
+from ragen.monitor.rundir import RunDir
+from ragen.monitor.runlock import hold
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10))
+try:
+    with hold(RunDir(Path(sys.argv[1]))):
+        print("held")
+except RunDirError as err:
+    print(err)
+"""
+
+
+@pytest.mark.parametrize("folder", ["new", "existing"])
+def test_a_lock_that_cannot_be_written_is_refused_in_one_line_and_left_nowhere(tmp_path, folder):
+    # Under a 10-byte file size limit the holder's record cannot be written, as on a disk
+    # that fills between a command's writability check and its lock: no empty .lock is left,
+    # nor a folder the lock made; a folder that was there keeps what it had.
+    run = RunDir(tmp_path / "run")
+    if folder == "existing":
+        create_run_dir(run.root, config.load("bandit", TINY))
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = subprocess.run(
+        [sys.executable, "-c", LIMITED_HOLD, str(run.root)], capture_output=True, text=True
+    )
+    assert proc.stdout == (
+        f"cannot write {run.lock}: File too large; free space or fix permissions, then run again\n"
+    )
+    assert proc.stderr == ""
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

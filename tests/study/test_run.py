@@ -1,15 +1,25 @@
 """A study end to end with the tiny model: two short runs, the report, the table; a killed
 study resumed redoes nothing it finished, continues its run from the checkpoint, and
-refuses a changed plan."""
+refuses a changed plan; a killed study's run dies with it, and a run folder another process
+still writes is left alone."""
 
+import contextlib
 import json
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
 from ragen import config
 from ragen.cli import main
+from ragen.monitor import runlock
 from ragen.monitor.jsonl import read_jsonl
+from ragen.monitor.rundir import RunDir
 from ragen.study import outputs, runner, spec
 from ragen.train.trainer import Trainer
 
@@ -238,3 +248,79 @@ def test_a_study_launches_its_runs_without_importing_the_working_directory(tmp_p
     monkeypatch.setattr(runner, "command_line", lambda run, resume: ["config", "show", "bandit"])
     assert runner.launch_process(None, resume=False) == 0  # a preset, read with PyYAML
     assert not marker.exists()
+
+
+LONG_STUDY = STUDY.replace("trainer.steps=2", "trainer.steps=1000")  # killed in its first run
+
+
+def _wait_for(ready, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        assert time.monotonic() < deadline, f"{what} within {seconds:.0f} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_killed_studys_run_dies_with_it(tmp_path, sig):
+    path, out = tmp_path / "long.yaml", tmp_path / "out"
+    path.write_text(LONG_STUDY)
+    run = RunDir(out / "keep-all" / "seed-0")
+    err = tmp_path / "study.err"
+    with err.open("w") as stderr:
+        study = subprocess.Popen(
+            [sys.executable, "-P", "-m", "ragen", "study", str(path), "--out", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,  # its own group: the cleanup below reaches a leftover run
+        )
+    try:
+        _wait_for(lambda: study.poll() is not None or runlock.holder(run), 240, "a run started")
+        assert study.poll() is None, err.read_text()[-2000:]
+        child = json.loads(run.lock.read_text())["pid"]
+        assert child != study.pid  # the run is its own process
+        study.send_signal(sig)
+        assert study.wait(timeout=120) == (130 if sig == signal.SIGTERM else -signal.SIGKILL)
+        if sig == signal.SIGTERM:  # the study waited for its run and says how to go on
+            assert runlock.holder(run) is None
+            assert "interrupted; continue with: ragen study" in err.read_text()
+        _wait_for(lambda: runlock.holder(run) is None, 60, f"the run (pid {child}) ended")
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a run left over, if any
+            os.killpg(study.pid, signal.SIGKILL)
+        study.wait()
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from ragen.monitor.rundir import RunDir
+from ragen.monitor.runlock import hold
+with hold(RunDir(Path(sys.argv[1]))):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_rerun_never_moves_a_folder_a_live_run_writes(tmp_path, study_file):
+    out = tmp_path / "out"
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)
+    busy = out / "keep-all" / "seed-0"
+    busy.mkdir(parents=True)
+    (busy / "metrics.jsonl").write_text('{"step": 0}\n')  # no checkpoint yet: set aside once free
+    writer = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(busy)], stdout=subprocess.PIPE, text=True
+    )
+    calls: list = []
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "held"
+        holder = f"pid {writer.pid} on host {socket.gethostname()}"
+        with pytest.raises(runner.StudyError, match=f"{busy} is being written by {holder}"):
+            runner.run_all(planned[:1], out, study="tiny", scale="cpu", launch=in_process(calls))
+        assert calls == [] and sorted(p.name for p in busy.parent.iterdir()) == ["seed-0"]
+        assert (busy / "metrics.jsonl").read_text() == '{"step": 0}\n'
+    finally:
+        writer.kill()
+        writer.wait()
+    runner.run_all(planned[:1], out, study="tiny", scale="cpu", launch=in_process(calls))
+    assert calls == [("keep-all", False)]  # its writer gone, the folder is set aside as before
+    assert (out / "keep-all" / "seed-0.incomplete-1" / "metrics.jsonl").is_file()

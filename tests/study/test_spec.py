@@ -138,6 +138,20 @@ def test_a_preset_file_is_read_from_the_study_files_folder(tmp_path):
     assert spec.with_suffix("sokoban", "-gpu") == "sokoban-gpu"
 
 
+def test_a_warm_starts_preset_file_is_read_from_the_study_files_folder(tmp_path, monkeypatch):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "w.yaml").write_text("extends: frozen-lake\nsft: {steps: 3}\n")
+    warm = "warm_start: {preset: presets/w.yaml, overrides: [sft.dialogues=4]}"
+    path = _write(tmp_path, BASE.replace("  cpu: {seeds: 2,", f"  cpu: {{{warm}, seeds: 2,"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no presets/ here: the study file's folder is the one read
+    warm_run, run = spec.plan(spec.load_study(path), "cpu", 1, Path("o"))[:2]
+    assert warm_run.preset == str(tmp_path / "presets" / "w.yaml")
+    assert warm_run.env == "frozen-lake"  # the preset file's env, and its sft.steps below
+    assert run.warm_from == Path("o/warm-start/seed-0/checkpoints/step_000003")
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -90,6 +90,7 @@ def _garble(file):
 @pytest.mark.parametrize(
     ("override", "key"),
     [
+        ("env.name=sokoban", "env.name"),  # its steps so far played Bandit
         ("model.lora_rank=4", "model.lora_rank"),
         ("model.critic_layers=1", "model.critic_layers"),
         ("trainer.steps=1", "trainer.steps"),

@@ -188,3 +188,20 @@ def test_a_budget_no_level_fits_is_refused(tmp_path, capsys):
     ]
     assert main(["sft", *argv, "--out", str(tmp_path / "run")]) == 2
     assert "the expert solved none of 32 levels" in capsys.readouterr().err
+
+
+def test_a_resume_refuses_another_game_and_a_finished_one_writes_nothing(tmp_path, capsys):
+    assert _sft(tmp_path, "run", "sft.steps=1") == 0
+    run = RunDir(tmp_path / "run")
+    saved, metrics = run.config.read_bytes(), run.metrics.read_bytes()
+    capsys.readouterr()
+    # the checkpoint imitated Sokoban's expert: its next step is no Bandit step
+    assert _sft(tmp_path, "run", "sft.steps=2", "env.name=bandit", resume=True) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "env.name=bandit cannot apply to" in err[0]
+    assert "trained with env.name=sokoban" in err[0]
+    # nothing left to train: nothing trained, config.yaml keeps what the steps ran with
+    assert _sft(tmp_path, "run", "sft.lr=0.5", resume=True) == 0
+    assert "nothing left to train" in capsys.readouterr().out
+    assert (run.config.read_bytes(), run.metrics.read_bytes()) == (saved, metrics)
+    assert config.load(str(run.config)).sft.lr == 1e-3

@@ -18,6 +18,7 @@ from ragen.monitor.jsonl import read_jsonl
 from ragen.monitor.metrics_logger import MetricsLogger
 from ragen.monitor.rundir import RunDir
 from ragen.viewer.app import create_app
+from ragen.viewer.connections import make_server
 from ragen.viewer.export import export_step
 
 pytestmark = pytest.mark.browser
@@ -31,14 +32,11 @@ class Server:
     """uvicorn serving one run directory from a thread, on a free loopback port."""
 
     def __init__(self, root: Path) -> None:
-        import uvicorn
-
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         app = create_app(root, allowed_hosts=["127.0.0.1", "localhost"])
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
+        self.server = make_server(app, "127.0.0.1", self.port)  # as `ragen view` serves
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> Server:

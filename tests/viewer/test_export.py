@@ -29,8 +29,8 @@ def _hash(text: str) -> str:
 
 def test_export_holds_every_episode_and_nothing_external(planted_run, tmp_path, planted):
     out = tmp_path / "step.html"
-    step, count = export_step(planted_run, None, out)
-    assert (step, count) == (STEPS - 1, 9)  # latest step; broken lines left out
+    # the latest step; broken lines left out
+    assert export_step(planted_run, None, out) == (STEPS - 1, 9, 9)
     html = out.read_text()
     external = re.findall(r"(?:src|href)=\"[^\"#]|https?://(?!www\.w3\.org/2000/svg)", html)
     assert external == []  # no file, script, style or icon from elsewhere

@@ -127,7 +127,7 @@ def test_unusable_lines_are_skipped_like_torn_ones(viewer_run, copy_run, tmp_pat
     assert "\\ud800" not in text
 
     out = tmp_path / "step.html"
-    assert export_step(run, None, out) == (STEPS - 1, before)
+    assert export_step(run, None, out) == (STEPS - 1, before, before)
     assert "broken lines skipped" in out.read_text(encoding="utf-8")
 
 
@@ -137,7 +137,8 @@ def test_a_folder_where_a_log_should_be_is_a_notice(viewer_run, copy_run, tmp_pa
     RunDir(run).metrics.mkdir()
     client = TestClient(create_app(run))
     overview = client.get("/api/run").json()
-    assert any("metrics.jsonl (Is a directory)" in n for n in overview["notices"])
+    notice = "metrics.jsonl is not a regular file (a FIFO, device or folder) and is not read"
+    assert notice in overview["notices"]
     assert [s["step"] for s in overview["steps"]] == list(range(STEPS))  # from trajectories
     out = tmp_path / "step.html"
     export_step(run, 0, out)

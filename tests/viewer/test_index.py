@@ -13,6 +13,11 @@ from ragen.viewer import index as index_module
 from ragen.viewer.index import EpisodeSummary, FileIndex, IndexCache
 
 
+def _index(path):
+    """The index of ``path``, a file of the test's own folder (its run directory here)."""
+    return FileIndex(path, path.parent, path.name).refresh()
+
+
 @pytest.fixture(scope="module")
 def records(viewer_run):
     return read_jsonl(RunDir(viewer_run).trajectory_file(0)).records
@@ -21,7 +26,7 @@ def records(viewer_run):
 def test_index_matches_the_file(records, tmp_path):
     path = tmp_path / "step.jsonl"
     append_jsonl(path, records)
-    index = FileIndex(path).refresh()
+    index = _index(path)
     assert len(index.summaries) == len(records) and not index.skipped and not index.torn_tail
     assert [index.record(i) for i in range(len(records))] == records
     assert index.by_group == {g: [2 * g, 2 * g + 1] for g in range(4)}
@@ -32,7 +37,7 @@ def test_index_matches_the_file(records, tmp_path):
 def test_appended_lines_are_read_alone(records, tmp_path, monkeypatch):
     path = tmp_path / "step.jsonl"
     append_jsonl(path, records[:3])
-    index = FileIndex(path).refresh()
+    index = _index(path)
     parsed = []
     real_loads = index_module.loads
     monkeypatch.setattr(index_module, "loads", lambda b: parsed.append(b) or real_loads(b))
@@ -50,7 +55,7 @@ def test_a_line_being_written_is_indexed_once_complete(records, tmp_path):
     line = json.dumps(records[1])
     with open(path, "a") as fh:
         fh.write(line[:20])
-    index = FileIndex(path).refresh()
+    index = _index(path)
     assert len(index.summaries) == 1 and index.torn_tail
     with open(path, "a") as fh:
         fh.write(line[20:] + "\n")
@@ -62,7 +67,7 @@ def test_a_line_being_written_is_indexed_once_complete(records, tmp_path):
 def test_replaced_or_shrunk_files_are_indexed_again(records, tmp_path):
     path = tmp_path / "step.jsonl"
     append_jsonl(path, records)
-    index = FileIndex(path).refresh()
+    index = _index(path)
     rewrite_jsonl(path, records[:2])  # what a resume does: a new file under the old name
     index.refresh()
     assert [index.record(i) for i in range(2)] == records[:2] and len(index.summaries) == 2
@@ -76,7 +81,7 @@ def test_bad_lines_are_skipped_and_numbered(records, tmp_path):
     nan = json.dumps({**records[0], "total_reward": float("nan")}).encode()  # Python writes NaN
     lines = [good, b"not json", b"[1, 2]", b"", nan, b'{"env": "\xff\xfe"}']
     path.write_bytes(b"\n".join(lines) + b"\n")
-    index = FileIndex(path).refresh()
+    index = _index(path)
     assert index.skipped == [2, 3, 6]  # not JSON, not an object, not UTF-8
     assert len(index.summaries) == 2
     # NaN is not JSON a browser can read: it is served as null
@@ -92,7 +97,7 @@ def test_summary_survives_records_of_the_wrong_shape():
 
 
 def test_cache_keeps_the_most_recent_files(records, tmp_path):
-    cache = IndexCache(capacity=2)
+    cache = IndexCache(tmp_path, files=2)
     paths = []
     for n in range(3):
         paths.append(tmp_path / f"step_{n}.jsonl")

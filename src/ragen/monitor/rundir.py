@@ -17,7 +17,10 @@ any moment keeps every completed step; a reader skips the torn last line of a ki
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -91,6 +94,21 @@ class RunDir:
                 "choose another --out, or resume it with --resume"
             )
 
+    def check_writable(self) -> None:
+        """Refuse, before any work, a run directory that cannot be written (a full or
+        read-only disk, a folder without permission, a name too long): RunDirError with
+        `writing`'s line. One block is written and fsynced in the nearest folder that
+        exists, as a file without a name, so nothing is left whatever happens; the run
+        directory itself is not created."""
+        with self.writing(self.root, then="run again"):
+            folder = self.root
+            while not folder.exists():
+                folder = folder.parent
+            with tempfile.TemporaryFile(dir=folder) as probe:
+                probe.write(bytes(PROBE_BYTES))
+                probe.flush()
+                os.fsync(probe.fileno())
+
     @contextmanager
     def writing(self, path: Path, *, then: str | None = None) -> Iterator[None]:
         """Turn a failed write of ``path`` (a full disk, no permission, a file size limit)
@@ -100,10 +118,22 @@ class RunDir:
         except WRITE_ERRORS as err:
             then = then or f"ragen {self.command} --resume {self.root}"
             raise RunDirError(
-                f"cannot write {path}: {_write_reason(err)}; free space or fix permissions, "
-                f"then {then}"
+                f"cannot write {path}: {_write_reason(err)}; {_fix(err, then)}"
             ) from err
 
+
+PROBE_BYTES = 4096
+"""What `RunDir.check_writable` writes: one block, the least any file holding data takes."""
+
+NAME_MAX = 255
+"""The longest file or folder name, in bytes, that Linux file systems (ext4, xfs, btrfs,
+tmpfs) take; a longer one fails with ENAMETOOLONG."""
+
+DISK_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.ENAMETOOLONG}
+)
+"""OSErrors the user's disk or paths cause, not ragen: a full disk or quota, a file size
+limit, a read-only disk, a folder without permission, a name too long."""
 
 WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
 """What a failed write raises: OSError from Python's own files; RuntimeError from torch.save
@@ -115,6 +145,25 @@ def _write_reason(err: BaseException) -> str:
         return err.strerror
     lines = str(err).strip().splitlines()
     return lines[-1] if lines else type(err).__name__
+
+
+def _fix(err: BaseException, then: str) -> str:
+    """What to do about a failed write: a shorter name, a writable disk, or room and
+    permission; then ``then``."""
+    if isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG:
+        return f"a file or folder name may have at most {NAME_MAX} bytes: choose a shorter one"
+    if isinstance(err, OSError) and err.errno == errno.EROFS:
+        return f"remount the disk writable or choose a folder on another, then {then}"
+    return f"free space or fix permissions, then {then}"
+
+
+def disk_error_line(err: OSError) -> str | None:
+    """One line saying what to do about ``err`` if the disk or a path caused it (see
+    DISK_ERRNOS), for the CLI to print in place of a traceback; None for any other error."""
+    if err.errno not in DISK_ERRNOS:
+        return None
+    where = f" {err.filename}" if err.filename is not None else ""
+    return f"cannot use{where}: {err.strerror}; {_fix(err, 'run again')}"
 
 
 def check_metrics(run: RunDir) -> None:

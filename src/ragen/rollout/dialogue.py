@@ -1,15 +1,18 @@
 """Chat-template pieces as token ids, appended to a dialogue without re-tokenising it.
 
-The template is rendered as text (so any Hugging Face chat template works) and only the new
-piece is tokenised: the opening (system + first user message + assistant header + reply
-prefix), and after each reply the continuation (the template's end of the assistant turn, the
-next user message, the next assistant header and prefix). The sampled reply itself is never
-rendered or re-encoded: its ids are appended as the model produced them.
+The template is rendered as text (so any Hugging Face chat template works, within the time
+bound of `ragen.models.render_chat`) and only the new piece is tokenised: the opening (system
++ first user message + assistant header + reply prefix), and after each reply the
+continuation (the template's end of the assistant turn, the next user message, the next
+assistant header and prefix). The sampled reply itself is never rendered or re-encoded: its
+ids are appended as the model produced them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from ragen.models import render_chat
 
 # A placeholder for a reply while rendering: split on it to find the template's text after
 # an assistant turn. Characters no template or model reply is expected to contain.
@@ -30,9 +33,7 @@ class ChatFormat:
 
     def _render(self, messages: Sequence[dict], *, generation_prompt: bool) -> str:
         if self.has_template:
-            return self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=generation_prompt
-            )
+            return render_chat(self.tokenizer, messages, generation_prompt=generation_prompt)
         # A base model without a template: a plain transcript, one "role: text" block each.
         text = "".join(f"{m['role']}: {m['content']}\n\n" for m in messages)
         return text + ("assistant: " if generation_prompt else "")

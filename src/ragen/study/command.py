@@ -65,8 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """List, plan or run a study. Bad input raises ConfigError or RunDirError (the caller
-    prints it and exits 2); a run that fails ends the study with exit status 1."""
-    from ragen.study.runner import StudyError, command_line, run_all
+    prints it and exits 2); a run that fails ends the study with exit status 1; Ctrl-C or
+    SIGTERM stops it and its run with 130, saying how to go on."""
+    from ragen.monitor.rundir import RunDir
+    from ragen.study.runner import StudyError, command_line, run_all, stopping_on_sigterm
 
     if args.name == "list":
         return _list()
@@ -84,10 +86,12 @@ def run(args: argparse.Namespace) -> int:
         also = f" after {warm} warm starts" if warm else ""
         print(f"{len(planned) - warm} runs of {key}{also} at scale {args.scale} in {out}")
         return 0
+    RunDir(out).check_writable()  # a full or read-only disk: said before any run starts
     try:
-        state = run_all(
-            planned, out, study=key, scale=args.scale, keep_checkpoints=args.keep_checkpoints
-        )
+        with stopping_on_sigterm():
+            state = run_all(
+                planned, out, study=key, scale=args.scale, keep_checkpoints=args.keep_checkpoints
+            )
     except StudyError as err:
         print(f"ragen: {err}", file=sys.stderr)
         return EXIT_FAIL

@@ -3,9 +3,10 @@
 ``OUT/study.json`` records each run as it starts and ends. A study run again with the same
 ``--out`` skips the runs it finished, continues the one it was in from that run's last
 checkpoint (`ragen train --resume`), and starts the rest; a run folder left with no
-checkpoint is moved aside (``seed-K.incomplete-N``), never deleted. The settings of every
-recorded run must be the ones the study asks for now, or the study refuses: its figures
-would otherwise mix two configurations.
+checkpoint is moved aside (``seed-K.incomplete-N``), never deleted, and a folder that a
+live process still writes (its ``.lock`` held) is neither moved nor resumed. The settings
+of every recorded run must be the ones the study asks for now, or the study refuses: its
+figures would otherwise mix two configurations.
 
 A finished run's checkpoints are removed unless asked to keep them: the study reads only
 its logs, and at CPU scale one run's checkpoints (model, critic and their optimiser states)
@@ -13,28 +14,35 @@ take 1.5-6 GB, so a few studies filled this machine's disk. A warm start's are k
 runs of its seed start from its last one.
 
 Each run is its own process (`python -m ragen train`), so a run that dies (out of memory,
-a bad level) takes nothing else with it, and the study stops at it, saying how to go on.
+a bad level) takes nothing else with it, and the study stops at it, saying how to go on. The
+study's death, however, takes its run with it (`launch_process`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ragen.monitor.jsonl import write_atomic
 from ragen.monitor.rundir import RunDir
-from ragen.monitor.runlock import hold
+from ragen.monitor.runlock import hold, holder
 from ragen.study.spec import SFT, TRAIN, PlannedRun
 from ragen.train.checkpoint import complete_checkpoints
 
 STATE_FILE = "study.json"
+AGAIN = "run the same `ragen study` command again"
+"""What a study stopped by a failed write (a full disk) says to do once it is fixed."""
 Launch = Callable[[PlannedRun, bool], int]
 """Runs one planned run (True: resume it from its checkpoint); returns its exit status."""
 
@@ -56,9 +64,57 @@ def launch_process(run: PlannedRun, resume: bool) -> int:
     """Run ``run`` as its own process of this Python; its output goes to the terminal.
     ``-P``: the working directory is not put on the import path, so a ``yaml.py`` (or any
     module) lying there is never imported in ragen's place; PYTHONPATH and installed
-    packages still reach user envs."""
+    packages still reach user envs.
+
+    The run ends with the study: on Linux the kernel sends it SIGTERM when the study's
+    process dies, however it dies (SIGKILL included), and a study stopped by an exception
+    (Ctrl-C, or SIGTERM, which `stopping_on_sigterm` makes one) terminates it and waits for
+    it. A run left writing its folder would otherwise fight the study run again."""
     command = [sys.executable, "-P", "-m", "ragen", *command_line(run, resume)]
-    return subprocess.run(command, check=False).returncode
+    with subprocess.Popen(command, preexec_fn=_parent_death_signal()) as child:
+        try:
+            return child.wait()
+        except BaseException:
+            child.terminate()
+            try:
+                child.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            raise
+
+
+STOP_WAIT_S = 60.0
+"""Seconds a run stopped with the study has to end before it is killed (a checkpoint being
+written finishes in that time at CPU scale; one cut short is never read, see checkpoint.py)."""
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """What the run's process calls before it starts `ragen`: ask Linux for SIGTERM when its
+    parent (this thread of the study) dies, which outlives the exec. A study that died before
+    the ask finds the run already orphaned, so it ends at once. None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded before the fork, not in the child
+    study = os.getpid()
+
+    def ask() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != study:
+            os._exit(128 + signal.SIGTERM)
+
+    return ask
+
+
+@contextmanager
+def stopping_on_sigterm() -> Iterator[None]:
+    """While the block runs, SIGTERM stops the study as Ctrl-C does (KeyboardInterrupt): the
+    run in progress is terminated and waited for, and the study says how to go on."""
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _key(run: PlannedRun) -> str:
@@ -116,7 +172,8 @@ class StudyState:
             _key(run), {"preset": run.preset, "overrides": list(run.overrides), "minutes": 0.0}
         )
         entry.update(status=status, at=datetime.now(UTC).isoformat(timespec="seconds"), **extra)
-        write_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
+        with RunDir(self.path.parent).writing(self.path, then=AGAIN):
+            write_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
 
 
 def set_aside(root: Path) -> Path:
@@ -142,9 +199,8 @@ def run_all(
     """Run every planned run not yet done, in order; returns the state once all are.
     A run that finishes loses its checkpoints unless ``keep_checkpoints``. Raises
     StudyError at the first run that fails, RunDirError if another process runs a study in
-    ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    with hold(RunDir(out)):
+    ``out`` or a write fails (a full disk)."""
+    with hold(RunDir(out)):  # creates ``out``
         state = StudyState(out, study, scale)
         for run in planned:
             state.check_settings(run)  # all refused before any run starts
@@ -153,6 +209,7 @@ def run_all(
             if state.is_done(run):
                 say(f"{head}: done before, kept ({run.root})")
                 continue
+            _check_not_running(run)
             resume = bool(complete_checkpoints(RunDir(run.root)))
             if run.warm_from is not None and not resume:
                 _check_warm_start(run)
@@ -195,6 +252,18 @@ def time_left(planned: list[PlannedRun], state: StudyState) -> float | None:
             return None
         left += (len(mine) - len(done)) * sum(done) / len(done)
     return left
+
+
+def _check_not_running(run: PlannedRun) -> None:
+    """Refuse to touch ``run``'s folder (set it aside, resume it, start it) while a process
+    holds its writer lock: a run an earlier study left running, or one started by hand."""
+    busy = holder(RunDir(run.root))
+    if busy is not None:
+        raise StudyError(
+            f"{run.root} is being written by {busy}: a run of an earlier `ragen study`, or "
+            "one started by hand, is still going; the study leaves its folder as it is: "
+            "wait for it to end or stop it, then run the same `ragen study` command again"
+        )
 
 
 def _check_warm_start(run: PlannedRun) -> None:

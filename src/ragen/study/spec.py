@@ -63,7 +63,8 @@ class StudyRun:
     name: str
     """Folder name of its runs (OUT/NAME/seed-K) and its row in the table."""
     preset: str
-    """Preset trained (the scale's preset_suffix appended), or a .yaml path."""
+    """Preset trained (the scale's preset_suffix appended), or a .yaml path (a relative one
+    is read from the study file's folder)."""
     overrides: list[str] = opt([])
     """Dotted overrides of this run at every scale."""
     scale_overrides: dict[str, list[str]] = opt({})
@@ -82,7 +83,8 @@ class WarmStart:
     22% to 39% (docs/results.md), where no run from the base model moved."""
 
     preset: str
-    """Preset of the fine-tuning, or a .yaml path; the expert imitated is its env's."""
+    """Preset of the fine-tuning, or a .yaml path (a relative one is read from the study
+    file's folder, as a run's); the expert imitated is its env's."""
     overrides: list[str] = opt([])
     """Dotted overrides of the fine-tuning (sft.steps, sft.lr, env options ...)."""
 
@@ -208,15 +210,26 @@ def load_study(name_or_path: str) -> Study:
     path = study_path(name_or_path)
     try:
         study = config.build_schema(Study, config.read_yaml(path))
-        for run in study.runs:  # a preset file is named from the study file's folder
-            if _is_path(run.preset) and not Path(run.preset).expanduser().is_absolute():
-                run.preset = str(path.parent / run.preset)
+        for run in study.runs:
+            run.preset = _from_folder(run.preset, path.parent)
+        for scale in study.scales.values():
+            if scale.warm_start is not None:
+                scale.warm_start.preset = _from_folder(scale.warm_start.preset, path.parent)
         check_study(study)
     except ConfigError as err:
         raise ConfigError(
             f"study {path}: {str(err).removeprefix('config: ').removeprefix('study: ')}"
         ) from None
     return study
+
+
+def _from_folder(preset: str, folder: Path) -> str:
+    """A preset as the study file names it: a relative .yaml path is read from the study
+    file's ``folder`` (not the current one), for a run and a warm start alike; a preset name
+    or an absolute path as given."""
+    if _is_path(preset) and not Path(preset).expanduser().is_absolute():
+        return str(folder / preset)
+    return preset
 
 
 def check_study(study: Study) -> None:

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from ragen import phases
 from ragen.config import Config, TrainerConfig, env_options
-from ragen.monitor.jsonl import RunDirError, append_jsonl
+from ragen.monitor.jsonl import RunDirError, append_jsonl, rewrite_jsonl
 from ragen.monitor.metrics import action_template
 from ragen.monitor.paired import SEED_SUCCESSES
 from ragen.monitor.rundir import RunDir
@@ -193,14 +193,24 @@ def eval_files(out: Path) -> tuple[Path, Path]:
 
 
 def check_eval_out(out: Path) -> None:
-    """Refuse an output folder that already holds an evaluation's episodes."""
+    """Refuse, before the model loads, an output folder that cannot be written (a full or
+    read-only disk, a name too long) or that already holds an evaluation's episodes."""
+    RunDir(out).check_writable()
     _, episodes = eval_files(out)
     if episodes.exists():
         raise RunDirError(f"{episodes} already exists: choose another --out")
 
 
 def write_eval(out: Path, summary: dict, trajectories: list[Trajectory], model: str) -> None:
-    """Append the summary to eval.jsonl and write every episode to trajectories/eval.jsonl."""
+    """Write every episode to trajectories/eval.jsonl and append the summary to eval.jsonl,
+    both or neither: a failed write (a disk filled since `check_eval_out`) leaves no episode
+    file and eval.jsonl as it was, and raises RunDirError saying what to do."""
     summaries, episodes = eval_files(out)
-    append_jsonl(episodes, [t.to_record() for t in trajectories])
-    append_jsonl(summaries, [{"model": model, **summary}])
+    with RunDir(out).writing(out, then="run `ragen eval` again"):
+        episodes.parent.mkdir(parents=True, exist_ok=True)
+        rewrite_jsonl(episodes, [t.to_record() for t in trajectories])  # whole or not at all
+        try:
+            append_jsonl(summaries, [{"model": model, **summary}])
+        except BaseException:
+            episodes.unlink()
+            raise

@@ -1,6 +1,6 @@
 """Checks that a run can start, made before anything is written: the device exists, the
-model's folder and config are intact, the LoRA targets and rank fit the model, and the
-estimator can be imported.
+model's folder, config and chat template are intact, the LoRA targets and rank fit the model,
+and the estimator can be imported.
 
 Nothing here reads weights: the model is built on the ``meta`` device (every module and
 shape, no storage), so a 0.5B model costs about what the tiny one does.
@@ -30,6 +30,10 @@ def check_runnable(config: Config) -> None:
     import_estimator(config)  # user code, imported only now that a run starts
     m = config.model
     skeleton = models.build_skeleton(
+        m.spec, allow_download=m.allow_download, trust_remote_code=m.trust_remote_code
+    )
+    # loading the tokenizer renders its chat template once, under the template time bound
+    models.load_tokenizer(
         m.spec, allow_download=m.allow_download, trust_remote_code=m.trust_remote_code
     )
     if m.lora_rank > 0:

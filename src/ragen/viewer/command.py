@@ -67,10 +67,18 @@ def run(args: argparse.Namespace) -> int:
     """Serve the viewer until Ctrl+C, or write the export; returns the exit status."""
     root = Path(args.run_dir)
     if args.export:
-        from ragen.viewer.export import export_step
+        from ragen.viewer.export import EXPORT_BYTES, export_step
+        from ragen.viewer.files import size_text
 
-        step, count = export_step(root, args.step, args.export)
-        print(f"wrote step {step} ({count} episodes) of {root} to {args.export}")
+        step, count, total = export_step(root, args.step, args.export)
+        held = f"{count} episodes" if count == total else f"the first {count} of {total} episodes"
+        print(f"wrote step {step} ({held}) of {root} to {args.export}")
+        if count < total:
+            print(
+                f"ragen view: an export holds at most {size_text(EXPORT_BYTES)} of episodes; "
+                f"`ragen view {root}` shows them all",
+                file=sys.stderr,
+            )
         return 0
     RunStore(root)  # refuses a folder that is not a run directory before binding a port
     return serve(root, host=args.host, port=args.port, step=args.step)
@@ -138,9 +146,8 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def serve(root: Path, *, host: str, port: int, step: StepKey | None = None) -> int:
-    import uvicorn
-
     from ragen.viewer.app import create_app
+    from ragen.viewer.connections import make_server
 
     check_port_free(host, port)
     allowed = allowed_hosts(host)
@@ -155,5 +162,5 @@ def serve(root: Path, *, host: str, port: int, step: StepKey | None = None) -> i
             f"ragen view: listening on {host}: anyone who can reach this machine can read the run",
             file=sys.stderr,
         )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    make_server(app, host, port).run()
     return 0

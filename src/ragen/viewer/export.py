@@ -16,7 +16,12 @@ from pathlib import Path
 
 from ragen.monitor.jsonl import RunDirError, write_atomic
 from ragen.viewer.app import static_text
+from ragen.viewer.files import size_text
 from ragen.viewer.store import EVAL, NotFound, RunStore, StepKey, file_notices
+
+EXPORT_BYTES = 64 * 2**20
+"""Episode bytes (as stored in the step file) one export holds: a page that big still opens;
+the episodes after it are left out and the page and the command say how many."""
 
 _STYLE_LINK = '<link rel="stylesheet" href="/static/viewer.css">'
 _SCRIPT_TAG = '<script src="/static/viewer.js"></script>'
@@ -36,19 +41,38 @@ def default_step(store: RunStore) -> StepKey:
     )
 
 
-def export_data(store: RunStore, step: StepKey) -> dict:
-    """What the exported page shows: the run overview and the step's full episodes."""
+def export_data(store: RunStore, step: StepKey, max_bytes: int = EXPORT_BYTES) -> dict:
+    """What the exported page shows: the run overview and the step's full episodes, as many
+    as fit in ``max_bytes`` of the step file (the first ones, at least one)."""
     try:
         index = store.index(step)
     except NotFound as err:
         raise RunDirError(f"cannot export: {err}") from err
-    records = [index.record(i) for i in range(len(index.summaries))]
+    kept, size = 0, 0
+    for start, stop in index.spans:
+        size += stop - start
+        if kept and size > max_bytes:
+            break
+        kept += 1
+    try:
+        records = [index.record(i) for i in range(kept)]
+    except ValueError as err:  # the file was replaced while being exported
+        raise RunDirError(f"cannot export step {step}: {err}; try again") from err
+    name = str(store.trajectory_path(step).name)
+    notices = file_notices(index, name)
+    total = len(index.summaries)
+    if kept < total:
+        notices.append(
+            f"{name}: this export holds the first {kept} of {total} episodes (an export "
+            f"holds at most {size_text(max_bytes)} of episodes); `ragen view` shows them all"
+        )
     return {
         "run": store.overview(),
         "step": step,
-        "summaries": [s.to_json() for s in index.summaries],
+        "summaries": [s.to_json() for s in index.summaries[:kept]],
         "records": records,
-        "notices": file_notices(index, str(store.trajectory_path(step).name)),
+        "total": total,
+        "notices": notices,
     }
 
 
@@ -91,10 +115,12 @@ def render_export(data: dict) -> str:
     return page
 
 
-def export_step(root: str | Path, step: StepKey | None, out: str | Path) -> tuple[StepKey, int]:
-    """Write step ``step`` (None: the latest) of run ``root`` to ``out``; returns the step
-    and the number of episodes written. The page is written aside and renamed over ``out``,
-    so a failed export leaves an existing ``out`` as it was."""
+def export_step(
+    root: str | Path, step: StepKey | None, out: str | Path
+) -> tuple[StepKey, int, int]:
+    """Write step ``step`` (None: the latest) of run ``root`` to ``out``; returns the step,
+    the number of episodes written and the step's number of episodes. The page is written
+    aside and renamed over ``out``, so a failed export leaves an existing ``out`` as it was."""
     store = RunStore(root)
     chosen = default_step(store) if step is None else step
     data = export_data(store, chosen)
@@ -111,4 +137,4 @@ def export_step(root: str | Path, step: StepKey | None, out: str | Path) -> tupl
             f"cannot write --export {out} ({err.strerror or err}); nothing was changed: "
             "free space, or name a file in a folder you can write"
         ) from err
-    return chosen, len(data["records"])
+    return chosen, len(data["records"]), data["total"]

@@ -10,6 +10,11 @@ A line without its ``\\n`` at the end of the file is not indexed: it is either s
 written or was torn by a killed run. Lines that are not JSON objects, or that no page could
 show (see `parse_line`), are skipped and their numbers kept, so the page can say what it left
 out.
+
+Memory is bounded whatever the file holds: it is read in chunks of READ_CHUNK_BYTES, a line
+longer than MAX_LINE_BYTES is skipped (and named) without being held whole, the text search
+keeps at most SEARCH_CHARS characters of an episode's replies, and the cache of indexes is
+bounded by the bytes those keep (CACHE_BYTES) as well as by count.
 """
 
 from __future__ import annotations
@@ -19,11 +24,20 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ragen.monitor.jsonl import parse_line
+from ragen.viewer.files import Refused, open_inside
 
 PREVIEW_CHARS = 160
+READ_CHUNK_BYTES = 4 * 2**20
+MAX_LINE_BYTES = 32 * 2**20
+"""The largest episode line indexed: every answer about one episode is at most this big."""
+SEARCH_CHARS = 20_000
+"""Characters of an episode's replies the text search looks in (the first ones)."""
+CACHE_BYTES = 256 * 2**20
+CACHE_FILES = 16
+SUMMARY_BYTES = 1_000  # what one episode's summary, span and entries cost, about
 
 
 def as_int(value: Any, default: int = -1) -> int:
@@ -119,15 +133,20 @@ class EpisodeSummary:
 
 
 def search_text(record: dict) -> str:
-    """Lower-cased replies of every turn: what the text search looks in."""
-    return "\n".join(as_str(t.get("reply")) for t in turns_of(record)).lower()
+    """Lower-cased replies of every turn, the first SEARCH_CHARS characters: what the text
+    search looks in."""
+    return "\n".join(as_str(t.get("reply")) for t in turns_of(record))[:SEARCH_CHARS].lower()
 
 
 @dataclass
 class FileIndex:
-    """Episodes of one JSONL file, refreshed incrementally by :meth:`refresh`."""
+    """Episodes of one JSONL file, refreshed incrementally by :meth:`refresh`. The file is
+    read only as a regular file inside ``root`` (see `open_inside`); ``name`` is what the
+    page calls it."""
 
     path: Path
+    root: Path
+    name: str
     spans: list[tuple[int, int]] = field(default_factory=list)  # byte [start, stop) per episode
     summaries: list[EpisodeSummary] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)  # search_text per episode
@@ -135,6 +154,9 @@ class FileIndex:
     envs: Counter = field(default_factory=Counter)
     ends: Counter = field(default_factory=Counter)
     skipped: list[int] = field(default_factory=list)  # 1-based line numbers left out
+    too_long: list[int] = field(default_factory=list)  # lines over MAX_LINE_BYTES, left out
+    refused: str | None = None  # why the file is not read (outside the run, not regular)
+    nbytes: int = 0  # memory the summaries and search texts take, about
     torn_tail: bool = False  # the file ends in a line with no "\n" (not indexed)
     lines: int = 0  # complete lines read so far
     end: int = 0  # byte offset just past the last complete line
@@ -151,43 +173,77 @@ class FileIndex:
         """Bring the index up to date with the file; returns self."""
         with self.lock:
             try:
-                st = os.stat(self.path)
+                fh = open_inside(self.path, self.root, self.name)
             except FileNotFoundError:
                 self._reset()
                 return self
-            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-            if stamp == self.stamp:
-                return self
-            appended = self.stamp is not None and st.st_ino == self.stamp[0]
-            if not appended or st.st_size < self.end:
+            except Refused as err:
                 self._reset()
-            self._read_from(self.end)
-            self.stamp = stamp
+                self.refused = str(err)
+                return self
+            except OSError as err:  # unreadable (permissions), a symlink loop, ...
+                self._reset()
+                self.refused = f"cannot read {self.name} ({err.strerror or err})"
+                return self
+            with fh:
+                st = os.fstat(fh.fileno())
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if stamp == self.stamp:
+                    return self
+                appended = self.stamp is not None and st.st_ino == self.stamp[0]
+                if not appended or st.st_size < self.end:
+                    self._reset()
+                self._read_from(fh, self.end)
+                self.stamp = stamp
         return self
 
     def record(self, index: int) -> dict:
-        """The full record of episode ``index`` (read from disk, not kept in memory)."""
+        """The full record of episode ``index`` (read from disk, not kept in memory).
+        ValueError if the file on disk is no longer the one indexed."""
         start, stop = self.spans[index]
-        with open(self.path, "rb") as fh:
+        try:
+            fh = open_inside(self.path, self.root, self.name)
+        except Refused as err:
+            raise ValueError(str(err)) from None
+        with fh:
+            if self.stamp is None or os.fstat(fh.fileno()).st_ino != self.stamp[0]:
+                raise ValueError(f"{self.name} was replaced")
             fh.seek(start)
             return loads(fh.read(stop - start))
 
     def _reset(self) -> None:
         self.spans, self.summaries, self.texts = [], [], []
         self.by_group, self.envs, self.ends = {}, Counter(), Counter()
-        self.skipped, self.torn_tail, self.lines, self.end, self.stamp = [], False, 0, 0, None
+        self.skipped, self.too_long, self.torn_tail = [], [], False
+        self.refused, self.lines, self.end, self.stamp, self.nbytes = None, 0, 0, None, 0
 
-    def _read_from(self, offset: int) -> None:
-        with open(self.path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
-        pos = 0
-        while (newline := data.find(b"\n", pos)) != -1:
-            self.lines += 1
-            self._add_line(data[pos:newline], offset + pos, offset + newline)
-            pos = newline + 1
-        self.end = offset + pos
-        self.torn_tail = bool(data[pos:].strip())
+    def _read_from(self, fh: BinaryIO, offset: int) -> None:
+        """Index the complete lines from byte ``offset`` on, one chunk at a time. A line
+        longer than MAX_LINE_BYTES is dropped while it is read (only its length is kept)."""
+        fh.seek(offset)
+        pending = bytearray()  # the start of a line not yet ended by "\n"
+        start = offset  # file offset of pending[0]
+        dropping = False  # the current line passed MAX_LINE_BYTES
+        while chunk := fh.read(READ_CHUNK_BYTES):
+            pos = 0
+            while (newline := chunk.find(b"\n", pos)) != -1:
+                self.lines += 1
+                if not dropping:
+                    pending += chunk[pos:newline]
+                if dropping or len(pending) > MAX_LINE_BYTES:
+                    self.too_long.append(self.lines)
+                else:
+                    self._add_line(bytes(pending), start, start + len(pending))
+                consumed = offset + newline + 1
+                pending, start, dropping = bytearray(), consumed, False
+                pos = newline + 1
+            if not dropping:
+                pending += chunk[pos:]
+                if len(pending) > MAX_LINE_BYTES:
+                    pending, dropping = bytearray(), True
+            offset += len(chunk)
+        self.end = start
+        self.torn_tail = dropping or bool(pending.strip())
 
     def _add_line(self, line: bytes, start: int, stop: int) -> None:
         if not line.strip():
@@ -200,27 +256,46 @@ class FileIndex:
             self.skipped.append(self.lines)
             return
         summary = EpisodeSummary.from_record(len(self.summaries), record)
+        text = search_text(record)
         self.spans.append((start, stop))
         self.summaries.append(summary)
-        self.texts.append(search_text(record))
+        self.texts.append(text)
+        self.nbytes += SUMMARY_BYTES + len(summary.preview) + len(text)
         self.by_group.setdefault(summary.group, []).append(summary.index)
         self.envs[summary.env] += 1
         self.ends[summary.end] += 1
 
 
 class IndexCache:
-    """The most recently used file indexes (a long run has more steps than memory wants)."""
+    """The most recently used file indexes of run directory ``root`` (a long run has more
+    steps than memory wants): at most ``files`` of them, holding at most ``max_bytes``
+    together, except that the index just asked for is always kept."""
 
-    def __init__(self, capacity: int = 16) -> None:
-        self.capacity = capacity
+    def __init__(self, root: Path, files: int = CACHE_FILES, max_bytes: int = CACHE_BYTES) -> None:
+        self.root, self.files, self.max_bytes = root, files, max_bytes
         self._items: OrderedDict[Path, FileIndex] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, path: Path) -> FileIndex:
         """The up-to-date index of ``path`` (empty, with ``exists`` False, if it is missing)."""
         with self._lock:
-            index = self._items.pop(path, None) or FileIndex(path)
+            name = str(path.relative_to(self.root))
+            index = self._items.pop(path, None) or FileIndex(path, self.root, name)
             self._items[path] = index
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-        return index.refresh()
+        index.refresh()
+        with self._lock:
+            while len(self._items) > 1 and (
+                len(self._items) > self.files
+                or sum(i.nbytes for i in self._items.values()) > self.max_bytes
+            ):
+                oldest = next(iter(self._items))
+                if self._items[oldest] is index:  # moved to the end by a later get
+                    break
+                del self._items[oldest]
+        return index
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the cached indexes take, about."""
+        with self._lock:
+            return sum(i.nbytes for i in self._items.values())

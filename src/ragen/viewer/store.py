@@ -2,14 +2,17 @@
 
 Every path is built here from validated integers (``RunDir.trajectory_file``) or fixed
 names; no string from a request is ever joined into a path, so no request can reach a file
-outside the run directory. Nor can the run directory itself: a file or folder in it that
-resolves elsewhere (a symlink out of it) is never read, and the page says what was left out.
-Everything is read on demand and cached by file stamp, so a run still training shows its new
-steps without a restart.
+outside the run directory. Nor can the run directory itself: every file is opened first and
+checked after (see `files.open_inside`), so one that resolves elsewhere (a symlink out of
+it, even one swapped in mid-request) or is not a regular file (a FIFO) is never read, and
+the page says what was left out. Everything is read on demand and cached by file stamp, so a
+run still training shows its new steps without a restart; what is kept and what one answer
+holds are bounded in bytes (index.py, GROUP_RESPONSE_CHARS, SMALL_FILE_BYTES).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import threading
@@ -19,10 +22,19 @@ from typing import Any, Final, Literal
 
 from ragen import metric_names as names
 from ragen.agent.parsing import PROBLEMS
-from ragen.config import ConfigError, read_yaml
-from ragen.monitor.jsonl import JsonlRead, RunDirError, read_jsonl
+from ragen.config import ConfigError, yaml_mapping
+from ragen.monitor.jsonl import JsonlRead, RunDirError, parse_jsonl
 from ragen.monitor.rundir import RunDir
-from ragen.viewer.index import FileIndex, IndexCache, as_float, as_int, as_str, turns_of
+from ragen.viewer.files import Refused, outside_notice, read_inside, size_text
+from ragen.viewer.index import (
+    MAX_LINE_BYTES,
+    FileIndex,
+    IndexCache,
+    as_float,
+    as_int,
+    as_str,
+    turns_of,
+)
 
 StepKey = int | Literal["eval"]
 EVAL: Final = "eval"
@@ -45,6 +57,11 @@ EVAL_KEYS = ("step", "env", "model", "episodes", "success", "pass_at_k", "reward
 GROUP_VIEW_DEFAULT_STEPS = 6
 GROUP_VIEW_MAX_STEPS = 24
 GROUP_REPLY_CHARS = 4000  # a reply in the side-by-side view; the dialogue view shows it all
+GROUP_RESPONSE_CHARS = 2_000_000
+"""Reply characters one over-time answer holds, all columns together; episodes past it are
+counted (``omitted``), not sent."""
+SMALL_FILE_BYTES = 64 * 2**20
+"""The largest metrics, alerts, evals or config file the viewer reads."""
 MAX_PAGE = 500
 
 
@@ -105,10 +122,6 @@ def inside(path: Path, root: Path) -> bool:
     return Path(os.path.realpath(path)).is_relative_to(root)
 
 
-def outside_notice(name: str) -> str:
-    return f"{name} links outside the run directory and is not read"
-
-
 class _CachedJsonl:
     """A small JSONL file (metrics, alerts, evals) re-read only when its stamp changes."""
 
@@ -128,12 +141,15 @@ class _CachedJsonl:
 
     def _load(self) -> tuple[JsonlRead, str | None]:
         name = self.path.name
-        if not inside(self.path, self.root):
-            return JsonlRead([], []), outside_notice(name)
         try:
-            read = read_jsonl(self.path)
-        except RunDirError as err:  # e.g. a folder where the file should be
+            data = read_inside(self.path, self.root, name, SMALL_FILE_BYTES)
+        except FileNotFoundError:
+            return JsonlRead([], []), None
+        except Refused as err:
             return JsonlRead([], []), str(err)
+        except OSError as err:
+            return JsonlRead([], []), f"cannot read {name} ({err.strerror or err})"
+        read = parse_jsonl(io.BytesIO(data))
         return read, (_skip_notice(name, read.skipped) if read.skipped else None)
 
 
@@ -151,7 +167,7 @@ class RunStore:
     def __init__(self, root: str | Path) -> None:
         self.run = RunDir(Path(root).resolve())
         check_run_dir(self.run)
-        self.indexes = IndexCache()
+        self.indexes = IndexCache(self.run.root)
         self._metrics = _CachedJsonl(self.run.metrics, self.run.root)
         self._alerts = _CachedJsonl(self.run.alerts, self.run.root)
         self._evals = _CachedJsonl(self.run.evals, self.run.root)
@@ -194,10 +210,9 @@ class RunStore:
         return path.is_file() and inside(path, self.run.root)
 
     def index(self, step: StepKey) -> FileIndex:
-        path = self.trajectory_path(step)
-        if not inside(path, self.run.root):
-            raise NotFound(outside_notice(self._relative(step)))
-        index = self.indexes.get(path)
+        index = self.indexes.get(self.trajectory_path(step))
+        if index.refused:
+            raise NotFound(index.refused)
         if not index.exists:
             raise NotFound(f"no episodes saved for step {step}: {self._have()}")
         return index
@@ -293,49 +308,72 @@ class RunStore:
         are fresh each step, so a column is the same group slot with its own seed."""
         available = self.episode_steps()
         chosen = steps if steps else spread(available, GROUP_VIEW_DEFAULT_STEPS)
+        budget = GROUP_RESPONSE_CHARS // max(1, len(chosen))
         columns = []
         for step in chosen:
             if step not in available:
-                columns.append({"step": step, "missing": True, "episodes": []})
+                columns.append({"step": step, "missing": True, "episodes": [], "omitted": 0})
                 continue
-            columns.append(self._group_column(self.index(step), step, group))
+            columns.append(self._group_column(self.index(step), step, group, budget))
         return {"group": group, "available": available, "columns": columns}
 
     # ------------------------------------------------------------------ helpers
 
-    def _group_column(self, index: FileIndex, step: int, group: int) -> dict:
-        episodes = []
-        for i in index.by_group.get(group, []):
+    def _group_column(self, index: FileIndex, step: int, group: int, budget: int) -> dict:
+        """The group's episodes at one step with their replies, each reply cut at
+        GROUP_REPLY_CHARS, until ``budget`` reply characters are spent; the episodes left
+        after that are counted in ``omitted``."""
+        episodes: list[dict] = []
+        members = index.by_group.get(group, [])
+        for n, i in enumerate(members):
+            if budget <= 0:
+                return _column(step, episodes, omitted=len(members) - n)
             summary = index.summaries[i]
             try:
                 record = index.record(i)
             except (OSError, ValueError):
                 continue
-            replies = [as_str(t.get("reply")) for t in turns_of(record)]
-            episodes.append(
-                {
-                    **summary.to_json(),
-                    "replies": [r[:GROUP_REPLY_CHARS] for r in replies],
-                    "cut": any(len(r) > GROUP_REPLY_CHARS for r in replies),
-                }
-            )
-        distinct = len({tuple(e["replies"]) for e in episodes})
-        seeds = sorted({e["seed"] for e in episodes})
-        return {"step": step, "seeds": seeds, "distinct": distinct, "episodes": episodes}
+            replies, cut = [], False
+            for turn in turns_of(record):
+                reply = as_str(turn.get("reply"))
+                shown = reply[: min(GROUP_REPLY_CHARS, max(budget, 0))]
+                budget -= len(shown)
+                cut = cut or len(shown) < len(reply)
+                replies.append(shown)
+            episodes.append({**summary.to_json(), "replies": replies, "cut": cut})
+        return _column(step, episodes, omitted=0)
 
     def _relative(self, step: StepKey) -> str:
         return str(self.trajectory_path(step).relative_to(self.run.root))
 
     def _config(self) -> tuple[dict, str | None]:
-        if not inside(self.run.config, self.run.root):
-            return {}, outside_notice(self.run.config.name)
-        if not self.run.config.exists():
-            return {}, None
+        name = self.run.config.name
         try:
-            data = read_yaml(self.run.config)
-        except ConfigError:
-            return {}, "config.yaml could not be read; the run's settings are not shown"
+            data = yaml_mapping(
+                read_inside(self.run.config, self.run.root, name, SMALL_FILE_BYTES),
+                self.run.config,
+            )
+        except FileNotFoundError:
+            return {}, None
+        except Refused as err:
+            return {}, str(err)
+        except (OSError, ConfigError):
+            return {}, f"{name} could not be read; the run's settings are not shown"
         return config_summary(data), None
+
+
+def _column(step: int, episodes: list[dict], omitted: int) -> dict:
+    """One step of the over-time view: its episodes, the distinct reply sequences among
+    them and their seeds; ``omitted`` episodes did not fit the answer's size bound."""
+    distinct = len({tuple(e["replies"]) for e in episodes})
+    seeds = sorted({e["seed"] for e in episodes})
+    return {
+        "step": step,
+        "seeds": seeds,
+        "distinct": distinct,
+        "episodes": episodes,
+        "omitted": omitted,
+    }
 
 
 def check_run_dir(run: RunDir) -> None:
@@ -387,6 +425,13 @@ def file_notices(index: FileIndex, name: str) -> list[str]:
     notices = []
     if index.skipped:
         notices.append(_skip_notice(name, index.skipped))
+    if index.too_long:
+        count = len(index.too_long)
+        notices.append(
+            f"{name}: {count} line{'s' if count > 1 else ''} over "
+            f"{size_text(MAX_LINE_BYTES)} not shown (line {index.too_long[0]}"
+            f"{', …' if count > 1 else ''})"
+        )
     if index.torn_tail:
         notices.append(
             f"{name}: the last line is incomplete (a run killed mid-write, or a line still "

@@ -189,7 +189,7 @@
       return {
         group,
         available: [step],
-        columns: [{ step, seeds, distinct, episodes }],
+        columns: [{ step, seeds, distinct, episodes, omitted: 0 }],
         note: "an exported file holds one step; run `ragen view` for the other steps",
       };
     }
@@ -755,7 +755,13 @@
         e.cut ? el("p", { class: "muted", text: "(long replies cut; open the rollout)" }) : null,
       ),
     );
-    return el("div", { class: "column" }, head, cards);
+    const omitted = c.omitted
+      ? el("p", {
+          class: "muted",
+          text: `${c.omitted} more episode${c.omitted > 1 ? "s" : ""} not shown: the answer's size is bounded; open the step`,
+        })
+      : null;
+    return el("div", { class: "column" }, head, cards, omitted);
   }
 
   // ------------------------------------------------------------------ routing and polling
