@@ -216,6 +216,10 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
                     file=sys.stderr,
                 )
             return 130
+        if trainer.diverged is not None:
+            if main:
+                print(f"ragen: stopped: {trainer.diverged}", file=sys.stderr)
+            return EXIT_FAIL
         if main:
             print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
     return EXIT_OK

@@ -100,6 +100,24 @@ def test_non_finite_gradient_skips_the_step():
     assert changed == ["lm_head.weight"] or changed == ["model.embed_tokens.weight"]
 
 
+def test_a_run_whose_updates_are_all_skipped_stops_in_one_line(tmp_path, capsys):
+    model, tokenizer = models.load_policy("tiny", dtype="float32", seed=0)
+    with torch.no_grad():  # every loss is NaN from here: no update can ever be taken
+        model.get_output_embeddings().weight[0, 0] = float("nan")
+    model.save_pretrained(tmp_path / "nan")
+    tokenizer.save_pretrained(tmp_path / "nan")
+    argv = [*SMALL, f"model.spec={tmp_path / 'nan'}", "sft.steps=6", "trainer.eval_episodes=1"]
+    assert main(["sft", "sokoban", *argv, "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "ragen: stopped: [step 2] every update of the last 3 steps was skipped: the loss or its "
+        "gradient was not finite (a sft.lr too large, or weights that are not finite); start a "
+        "new run, or resume from a checkpoint before the trouble"
+    )
+    records = read_jsonl(RunDir(tmp_path / "run").metrics).records
+    assert [r["sft/skipped"] for r in records] == [1.0, 1.0, 1.0]
+
+
 def _sft(tmp_path, name, *overrides, resume=False):
     args = ["sft", "--resume", str(tmp_path / name)] if resume else ["sft", "sokoban"]
     out = [] if resume else ["--out", str(tmp_path / name)]

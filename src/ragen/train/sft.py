@@ -197,6 +197,7 @@ class SftTrainer(Trainer):
             )
         )
         metrics["time/update_s"] = time.perf_counter() - started
+        self.note_skipped(step, metrics["sft/skipped"] == 1.0, "sft.lr")
         # As after an RL update: glibc keeps the freed activations (up to 15 GB after a
         # FrozenLake step) unless asked, and an evaluation allocating beside them can run
         # out of memory.

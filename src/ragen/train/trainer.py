@@ -270,6 +270,8 @@ class Trainer:
         self.stopped_at: int | None = None  # last step: monitor.action=stop or max_minutes
         self.eval_success: float | None = None  # mean eval success of the latest evaluation
         self.empty_steps = 0  # steps in a row whose filter kept no group
+        self.skipped_steps = 0  # steps in a row whose every update was skipped (not finite)
+        self.diverged: str | None = None  # why the run stopped on non-finite updates
         self.start_step = self._resume() if resume else 0
         self.started = time.monotonic()  # max_minutes counts from here; train() restarts it
         self.rollouts: list[Trajectory] | None = None
@@ -357,6 +359,8 @@ class Trainer:
             data, weight_metrics = self.weigh(self.prepare(kept), kept)
             metrics.update(weight_metrics)
             metrics.update(self.update(data, step))
+            skipped = metrics["actor/optimizer_steps"] == 0 and metrics["actor/skipped_steps"] > 0
+            self.note_skipped(step, skipped, "trainer.actor_lr")
             metrics["time/update_s"] = time.perf_counter() - started
             metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
                 metrics["time/update_s"], 1e-9
@@ -456,6 +460,21 @@ class Trainer:
             "filter/weight_min": float(weights.min()),
         }
         return replace(data, advantages=advantages), metrics
+
+    def note_skipped(self, step: int, skipped: bool, lr_key: str) -> None:
+        """Count the steps in a row whose every update was skipped because the loss or the
+        gradient norm was not finite; at NONFINITE_STOP_STEPS the weights will not move
+        again, so the run stops (``diverged`` says why) instead of ending as if trained."""
+        self.skipped_steps = self.skipped_steps + 1 if skipped else 0
+        if self.skipped_steps < NONFINITE_STOP_STEPS or self.diverged is not None:
+            return
+        self.diverged = (
+            f"[step {step}] every update of the last {self.skipped_steps} steps was skipped: "
+            f"the loss or its gradient was not finite (a {lr_key} too large, or weights that "
+            "are not finite); start a new run, or resume from a checkpoint before the trouble"
+        )
+        say(self.diverged)
+        self.stopped_at = step
 
     def skip_update(self, step: int) -> dict[str, float]:
         """A step whose filter kept no group (filter/empty): nothing to learn from, so no
@@ -836,6 +855,10 @@ class Trainer:
             self.detector.load_state_dict(state["monitor"])
         return None
 
+
+NONFINITE_STOP_STEPS = 3
+"""Steps in a row whose every update is skipped for a non-finite loss or gradient after
+which a run stops: a learning rate that large never trains again."""
 
 # Settings the checkpoints' tensors were shaped by: a resume cannot change them.
 SHAPING_KEYS = ("model.spec", "model.lora_rank", "model.critic_body", "model.critic_layers")
