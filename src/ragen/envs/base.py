@@ -126,6 +126,22 @@ def demo_count(env: TextEnv) -> int:
     return int(getattr(env, "demo_count", 0))
 
 
+@dataclass(frozen=True)
+class ExpertMove:
+    """One turn of expert play: the think text and the action words (one free-text answer
+    for a free-text game). An env may offer its own expert as a method
+    ``expert(limit: int, located: bool) -> ExpertMove``: the turn of at most ``limit``
+    actions a perfect player makes from the current state (``located``: the thought gives
+    rows and columns first), which `ragen sft` then trains on."""
+
+    thought: str
+    answer: tuple[str, ...]
+
+
+class ExpertError(ValueError):
+    """The env has no expert, or its expert cannot move from this state."""
+
+
 class EpisodeOverError(RuntimeError):
     """`step` was called before `reset` or after the episode ended."""
 

@@ -21,6 +21,8 @@ relates the two.
   repeated for the turn: also a function of what the ``offsets`` line says.
 - Bandit: the arm with the higher expected payoff.
 - Countdown: the instance's known expression.
+- Any other env that defines ``expert(limit, located) -> ExpertMove`` (a game module's own
+  expert, or a plugin env's): its turn of at most ``limit`` actions.
 
 Pure functions of the env's state: no model, no randomness.
 """
@@ -30,11 +32,10 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ragen.config import EXPERT_THOUGHTS, LAKE_EXPERTS
 from ragen.envs.bandit import BanditEnv
-from ragen.envs.base import grid_cell, relative_position
+from ragen.envs.base import ExpertError, ExpertMove, grid_cell, relative_position
 from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
 from ragen.envs.frozen_lake import (
@@ -53,22 +54,12 @@ MAX_LAKE_PLAN = 3
 _TIE = 1e-12
 
 
-class ExpertError(ValueError):
-    """The env has no expert, or its expert cannot move from this state."""
-
-
-@dataclass(frozen=True)
-class ExpertMove:
-    """One turn of expert play: the think text and the action words (one free-text answer
-    for a free-text game)."""
-
-    thought: str
-    answer: tuple[str, ...]
 
 
 def has_expert(env) -> bool:
     """Whether `expert_move` can play this env."""
-    return isinstance(env, SokobanEnv | FrozenLakeEnv | BanditEnv | CountdownEnv)
+    builtin = isinstance(env, SokobanEnv | FrozenLakeEnv | BanditEnv | CountdownEnv)
+    return builtin or callable(getattr(env, "expert", None))
 
 
 def expert_move(
@@ -99,6 +90,8 @@ def expert_move(
         return _bandit(env)
     if isinstance(env, CountdownEnv):
         return _countdown(env)
+    if callable(getattr(env, "expert", None)):
+        return env.expert(limit, located)
     raise ExpertError(
         f"no expert plays {type(env).__name__}: expert play exists for Sokoban, FrozenLake, "
         "Bandit and Countdown"
