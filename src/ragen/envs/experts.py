@@ -54,8 +54,6 @@ MAX_LAKE_PLAN = 3
 _TIE = 1e-12
 
 
-
-
 def has_expert(env) -> bool:
     """Whether `expert_move` can play this env."""
     builtin = isinstance(env, SokobanEnv | FrozenLakeEnv | BanditEnv | CountdownEnv)
