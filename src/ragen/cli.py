@@ -230,6 +230,7 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
 
 def _sft_config(args: argparse.Namespace):
     """(config, run dir) of a new `ragen sft` run or of the one being resumed."""
+    import json
     from pathlib import Path
 
     from ragen import config, envs
@@ -245,18 +246,19 @@ def _sft_config(args: argparse.Namespace):
     if not args.env:
         raise UsageError("name an environment (see `ragen envs`) or pass --resume RUN_DIR")
     preset = _env_preset(args.env, args.preset)
-    cfg = config.load(preset, [*args.overrides, f"env.name={args.env}"])
+    # A JSON string is a YAML string: env 2048 is the name "2048", never the number.
+    cfg = config.load(preset, [*args.overrides, f"env.name={json.dumps(args.env)}"])
     config.import_envs(cfg)  # an env of the user's is imported only now, to be played
     if not has_expert(envs.make(cfg.env.name, **cfg.env.options)):
-        raise UsageError(f"{args.env} has no expert to imitate: ragen sft plays {_EXPERT_ENVS}")
+        raise UsageError(
+            f"{args.env} has no expert to imitate: ragen sft plays ragen's games and any env "
+            "with an expert(limit, located) method (docs/guides/adding-an-environment.md)"
+        )
     out = Path(args.out) if args.out else default_run_root(f"sft-{args.env}")
     run = RunDir(out, command="sft")
     run.check_new()
     run.check_writable()
     return cfg, run
-
-
-_EXPERT_ENVS = "Sokoban, FrozenLake, Bandit and Countdown envs"
 
 
 def _cmd_sft(args: argparse.Namespace) -> int:
@@ -283,7 +285,7 @@ def _eval_config(args: argparse.Namespace):
             f"--n {args.n} seeds x --k {args.k} tries is {args.n * args.k:,} episodes, more than "
             f"the {config.MAX_EVAL_EPISODES:,} one evaluation may run: lower --n or --k"
         )
-    overrides = [*args.overrides, f"env.name={args.env}"]
+    overrides = [*args.overrides, f"env.name={json.dumps(args.env)}"]
     if args.model is not None:
         # A JSON string is a YAML string: --model 123 names a folder, never the number 123.
         overrides.append(f"model.spec={json.dumps(args.model)}")

@@ -8,6 +8,8 @@ from ragen import envs
 from ragen.agent.parsing import FATAL, PROBLEMS, Parsed, action_word_problem, parse_reply
 
 GRID = ("Up", "Down", "Left", "Right")
+# The cube's Singmaster turns: the prime (') is part of the word and must survive.
+CUBE = ("U", "U'", "D", "D'", "L", "L'", "R", "R'", "F", "F'", "B", "B'")
 
 
 def case(text, actions, problems=(), *, think_text="", answer="", k=3, valid=GRID, think=True):
@@ -84,6 +86,20 @@ CASES = [
     case("<think>t</think><answer>1 | 2, 3</answer>", ("1 | 2, 3",),
          think_text="t", answer="1 | 2, 3", valid=(), k=1),
     case("<think>t</think><answer> </answer>", (), ("empty_answer",), think_text="t", valid=()),
+    # A Sudoku move is free text: its commas separate nothing; the env reads the move.
+    case("<think>t</think><answer> (2, 3,5) </answer>", ("(2, 3,5)",),
+         think_text="t", answer="(2, 3,5)", valid=(), k=2),
+    # Cube turns: the prime survives case folding and trailing punctuation; a Singmaster
+    # sequence written with spaces, a typographic prime, a half turn or Ri is no turn.
+    case("<think>t</think><answer>R' || u' || F</answer>", ("R'", "U'", "F"),
+         think_text="t", answer="R' || u' || F", valid=CUBE),
+    case("<think>t</think><answer>B'. ; d'!</answer>", ("B'", "D'"),
+         think_text="t", answer="B'. ; d'!", valid=CUBE),
+    case("<think>t</think><answer>R U R' U'</answer>", (), ("unknown_action",),
+         think_text="t", answer="R U R' U'", valid=CUBE),
+    case("<think>t</think><answer>R’ || R2 || Ri || U'' || 'U || R</answer>", ("R",),
+         ("unknown_action",), think_text="t", answer="R’ || R2 || Ri || U'' || 'U || R",
+         valid=CUBE),
 ]  # fmt: skip
 
 
@@ -171,11 +187,13 @@ def test_huge_inputs_give_exact_results():
 # Hypothesis: replies assembled from tags, action words in any case, separators and junk.
 FRAGMENTS = st.sampled_from(
     ["<think>", "</think>", "<answer>", "</answer>", "<Answer>", "</THINK>", "||", "|", ",",
-     "\n", " ", ".", "Up", "down", "LEFT", "Right!", "Jump", "\x00", "İ", "ß", "☃", "<", ">"]
+     "\n", " ", ".", "Up", "down", "LEFT", "Right!", "Jump", "\x00", "İ", "ß", "☃", "<", ">",
+     "R'", "u'", "'", "’", "2", "F''"]
 )  # fmt: skip
 REPLIES = st.lists(st.one_of(FRAGMENTS, st.text(max_size=8)), max_size=40).map("".join)
 VALID = st.one_of(
     st.just(GRID),
+    st.just(CUBE),
     st.just(()),
     st.lists(st.text(max_size=6), max_size=4).map(tuple),
 )
@@ -220,6 +238,21 @@ def test_well_formed_replies_round_trip(chosen, case_fn, sep, k, think):
     assert parsed.extra_actions == max(0, len(chosen) - k)
     assert parsed.problems == (("extra_actions",) if len(chosen) > k else ())
     assert parsed.format_ok
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    chosen=st.lists(st.sampled_from(CUBE), min_size=1, max_size=9),
+    case_fn=st.sampled_from([str.upper, str.lower, str]),
+    stop=st.sampled_from(["", ".", "!", " ."]),
+    sep=SEPARATORS,
+    k=st.integers(1, 7),
+)
+def test_cube_turns_keep_their_prime_in_any_case_after_any_separator(chosen, case_fn, stop, sep, k):
+    answer = sep.join(case_fn(word) + stop for word in chosen)
+    parsed = parse_reply(f"<think>plan</think><answer>{answer}</answer>", CUBE, k)
+    assert parsed.actions == tuple(chosen[:k])
+    assert parsed.unknown_actions == 0 and parsed.format_ok
 
 
 @pytest.mark.parametrize(

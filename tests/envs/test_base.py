@@ -25,6 +25,12 @@ ALL_NAMES = [
     "frozen-lake",
     "frozen-lake-8x8",
     "countdown",
+    "2048",
+    "2048-64",
+    "2048-128",
+    "cube2",
+    "sudoku",
+    "sudoku-4x4",
 ]
 
 

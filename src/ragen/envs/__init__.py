@@ -1,4 +1,5 @@
-"""Text environments for multi-turn RL: Bandit, Sokoban, FrozenLake, Countdown.
+"""Text environments for multi-turn RL: Bandit, Sokoban, FrozenLake, Countdown, Sudoku,
+2048 and a 2×2 cube.
 
     from ragen import envs
     env = envs.make("sokoban")
@@ -30,9 +31,12 @@ from ragen.envs.base import (
     spec,
 )
 from ragen.envs.countdown import CountdownEnv
+from ragen.envs.cube2 import Cube2Env
 from ragen.envs.frozen_lake import FrozenLakeEnv
+from ragen.envs.game2048 import Game2048Env
 from ragen.envs.gym import as_gymnasium
 from ragen.envs.sokoban import NEW_VOCAB, SokobanEnv
+from ragen.envs.sudoku import SudokuEnv
 
 register(
     "bandit",
@@ -85,18 +89,56 @@ register(
     CountdownEnv,
     "reach the target with +, -, ×, / using each of 3-4 numbers once (single turn)",
 )
+register(
+    "2048",
+    Game2048Env,
+    "slide the tiles of a 4×4 board to merge them into a 2048 tile (multi-turn)",
+)
+register(
+    "2048-64",
+    Game2048Env,
+    "2048 won at a 64 tile, within 100 actions: a target a small model can reach",
+    target=64,
+    max_actions=100,
+)
+register(
+    "2048-128",
+    Game2048Env,
+    "2048 won at a 128 tile, within 200 actions",
+    target=128,
+    max_actions=200,
+)
+register(
+    "cube2",
+    Cube2Env,
+    "solve a 2×2 Rubik's cube scrambled 5 quarter turns from solved (multi-turn)",
+)
+register(
+    "sudoku",
+    SudokuEnv,
+    "fill a 9×9 Sudoku with 40% of its cells empty, one digit a step (multi-turn)",
+)
+register(
+    "sudoku-4x4",
+    SudokuEnv,
+    "fill a 4×4 Sudoku (2×2 boxes, 6 cells empty), one digit a step (multi-turn)",
+    size=4,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "BanditEnv",
     "CountdownEnv",
+    "Cube2Env",
     "Demonstration",
     "EnvSpec",
     "EpisodeOverError",
     "FrozenLakeEnv",
+    "Game2048Env",
     "GenerationError",
     "SokobanEnv",
     "StepResult",
+    "SudokuEnv",
     "TextEnv",
     "anchor",
     "as_gymnasium",
