@@ -118,8 +118,13 @@ class EpisodeQuery:
 
 
 def inside(path: Path, root: Path) -> bool:
-    """Whether ``path``, symlinks followed, lies in ``root`` (an absolute, resolved path)."""
-    return Path(os.path.realpath(path)).is_relative_to(root)
+    """Whether ``path``, symlinks followed, lies in ``root`` (an absolute, resolved path);
+    False when it cannot be resolved (it is being replaced). For listing only: reads go
+    through `files.open_inside`, which checks what was actually opened."""
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(root)
+    except OSError:
+        return False
 
 
 class _CachedJsonl:
