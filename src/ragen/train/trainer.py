@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from ragen import models, phases, threads
 from ragen.algos import (
+    ESTIMATORS,
     METRICS,
     Coefficients,
     FilterRule,
@@ -526,11 +527,7 @@ class Trainer:
                 scores=batch.scores.to(self.device),
                 group_ids=batch.group_ids.to(self.device),
                 turn_ids=batch.turn_ids.to(self.device),
-                anchor_ids=anchor_ids(
-                    [[turn.anchor_key for turn in t.turns] for t in kept],
-                    [t.group for t in kept],
-                    c.algo.gigpo_similarity,
-                ).to(self.device),
+                anchor_ids=self.anchors(kept),
             )
         return UpdateData(
             input_ids=ids,
@@ -543,6 +540,19 @@ class Trainer:
             old_values=scored["values"],
             rollout_logprobs=batch.logprobs.to(self.device),
         )
+
+    def anchors(self, kept: list[Trajectory]) -> torch.Tensor | None:
+        """(B, M) anchor ids of the kept episodes' turns for an estimator that reads them
+        (gigpo, or a module:function one, which may); None for ragen's others."""
+        a = self.config.algo
+        if a.estimator in ESTIMATORS and a.estimator != "gigpo":
+            return None
+        ids = anchor_ids(
+            [[turn.anchor_key for turn in t.turns] for t in kept],
+            [t.group for t in kept],
+            a.gigpo_similarity,
+        )
+        return ids.to(self.device)
 
     def critic_first(self, kept: int) -> bool:
         """Whether the update of ``kept`` episodes trains the critic before the policy and
