@@ -252,9 +252,8 @@ def scramble(seed: int, depth: int) -> tuple[str, ...]:
     is an odd permutation of the corners), so a turn that does not go farther comes closer.
     Some cubes from 8 turns out have no turn that goes farther; a walk that reaches one starts
     again from solved, drawing on the same stream (about 1 walk in 100 at depth 9, 1 in 8 at
-    depth 12). Each candidate is measured with `solve`: a depth-7 scramble takes about a
-    millisecond, a depth-12 one about a sixth of a second. Cached because a training batch
-    resets a group of copies on the same seed.
+    depth 12). Each candidate is measured with `solve` (its cost: docs/guide.md, "The 2×2
+    cube"). Cached because a training batch resets a group of copies on the same seed.
     """
     check_int("seed", seed, 0)
     check_int("depth", depth, 1, MAX_DEPTH)
