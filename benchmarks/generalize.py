@@ -39,9 +39,10 @@ from learn import (
     machine_record,
     shown_change,
 )
-from ragen import config, models, threads
-from ragen.monitor.jsonl import write_atomic
+from ragen import config, models
+from ragen.host import threads
 from ragen.rollout.backends import make_generator
+from ragen.run.jsonl import write_atomic
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
 from ragen.train.trainer import resolve_device
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ragen.envs.base import grid_cell, relative_position
 from ragen.envs.frozen_lake import toward_goal
-from ragen.monitor.jsonl import read_jsonl
+from ragen.run.jsonl import read_jsonl
 
 RESULTS = Path(__file__).parent / "results"
 _PLAYER = "PX√"  # the player on ice, in a hole, on the goal

@@ -53,11 +53,12 @@ from pathlib import Path
 import torch
 
 import ragen
-from ragen import config, threads
-from ragen.monitor import paired
-from ragen.monitor.jsonl import read_jsonl, write_atomic
-from ragen.monitor.report import write_report
-from ragen.monitor.rundir import RunDir, create_run_dir, rewrite_config
+from ragen import config
+from ragen.host import threads
+from ragen.report import paired
+from ragen.report.write import write_report
+from ragen.run.jsonl import read_jsonl, write_atomic
+from ragen.run.rundir import RunDir, create_run_dir, rewrite_config
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
 from ragen.train.sft import SftTrainer
 from ragen.train.trainer import Trainer, check_resume
@@ -289,7 +290,7 @@ def seed_successes(folder: Path, env: str) -> dict[int, bool] | None:
 
 def paired_change(before: dict[int, bool], after: dict[int, bool]) -> dict | None:
     """The success change on the seeds both evaluations played, read pair by pair
-    (ragen.monitor.paired: a lake, room or arm keeps its draw, and FrozenLake its slips,
+    (ragen.report.paired: a lake, room or arm keeps its draw, and FrozenLake its slips,
     under the same seed, so only the seeds whose outcome changed carry the difference).
     ``gained``/``lost``: seeds that went from failure to success and back; z is None when
     every seed changed the same way, which leaves no spread. None with no seed in common."""

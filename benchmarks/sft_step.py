@@ -38,7 +38,7 @@ from measure import (
     opening_counts,
 )
 from ragen import config, metric_names
-from ragen.monitor.rundir import RunDir
+from ragen.run.rundir import RunDir
 from ragen.train.forward import shared_prefix_length
 from ragen.train.sft import SftTrainer
 

@@ -55,7 +55,7 @@ from measure import cpu_flags, cpu_model, gemm_gflops
 from ragen import config, envs
 from ragen.envs.experts import careful_move, goal_probabilities, policy_success
 from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
-from ragen.monitor.jsonl import read_jsonl, write_atomic
+from ragen.run.jsonl import read_jsonl, write_atomic
 from ragen.train.evaluator import eval_seeds
 
 RESULTS = Path(__file__).parent / "results"

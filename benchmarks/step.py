@@ -50,8 +50,8 @@ from measure import (
     update_minis,
 )
 from ragen import config, phases
-from ragen.monitor.rundir import RunDir
 from ragen.rollout.trajectory import Trajectory, collate
+from ragen.run.rundir import RunDir
 from ragen.train.forward import shared_prefix_length
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateData

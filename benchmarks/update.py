@@ -65,8 +65,8 @@ from measure import (
 )
 from ragen import config, models
 from ragen.algos import aggregate, policy_loss, value_loss
-from ragen.monitor.rundir import RunDir
 from ragen.rollout.trajectory import collate
+from ragen.run.rundir import RunDir
 from ragen.train.trainer import Trainer, batch_advantages
 from ragen.train.update import UpdateData
 

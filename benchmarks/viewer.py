@@ -32,7 +32,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from ragen import envs
-from ragen.monitor.jsonl import append_jsonl
+from ragen.run.jsonl import append_jsonl
 from ragen.viewer.app import create_app
 
 WORDS = ("box", "target", "push", "wall", "player", "deadlock", "then", "answer", "Up", "Left")

@@ -322,7 +322,7 @@ def ragen_step(trainer, step: int) -> dict:
 
 
 def run_ragen(cfg, prompt_ids: list[list[int]]) -> dict:
-    from ragen.monitor.rundir import RunDir
+    from ragen.run.rundir import RunDir
     from ragen.train.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ import pytest
 
 from ragen import config
 from ragen.cli import main
-from ragen.monitor.rundir import create_run_dir
+from ragen.run.rundir import create_run_dir
 from ragen.train.trainer import Trainer
 
 SMALL = [

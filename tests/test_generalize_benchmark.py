@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen.monitor.jsonl import read_jsonl
+from ragen.run.jsonl import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))  # its `from learn import`
 import generalize

@@ -9,7 +9,7 @@ import pytest
 from ragen import envs
 from ragen.envs.experts import expert_move
 from ragen.envs.frozen_lake import toward_goal
-from ragen.monitor.jsonl import read_jsonl
+from ragen.run.jsonl import read_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 import grounding

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from ragen import config
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.rollout.loop import EVAL_SEED_BASE
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train.trainer import Trainer
 
 SCRIPT = Path(__file__).parent.parent / "benchmarks" / "learn.py"

@@ -118,7 +118,7 @@ def _resumed(path: str, overrides: list[str], command: str):
     from pathlib import Path
 
     from ragen import config
-    from ragen.monitor.rundir import RunDir
+    from ragen.run.rundir import RunDir
     from ragen.train.trainer import check_resume
 
     run = RunDir(Path(path), command=command)
@@ -148,7 +148,7 @@ def _train_config(args: argparse.Namespace):
     from pathlib import Path
 
     from ragen import config
-    from ragen.monitor.rundir import RunDir, default_run_root
+    from ragen.run.rundir import RunDir, default_run_root
 
     positional = [args.preset] if args.preset else []
     if args.resume:
@@ -174,9 +174,10 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
     ``run``: a new run directory or, with ``resume``, the run continued from its checkpoint."""
     from contextlib import ExitStack
 
-    from ragen import config, threads
-    from ragen.monitor import runlock
-    from ragen.monitor.rundir import create_run_dir, rewrite_config
+    from ragen import config
+    from ragen.host import threads
+    from ragen.run.lock import hold
+    from ragen.run.rundir import create_run_dir, rewrite_config
     from ragen.train import distributed, preflight
     from ragen.train.trainer import resolve_device
 
@@ -191,7 +192,7 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
     ):
         main = distributed.is_main()
         # One writer per run directory; under torchrun rank 0 is the one that writes it.
-        distributed.on_main(lambda: held.enter_context(runlock.hold(run)))
+        distributed.on_main(lambda: held.enter_context(hold(run)))
         if not resume:
             distributed.on_main(lambda: create_run_dir(run.root, cfg))
         if main:
@@ -235,7 +236,7 @@ def _sft_config(args: argparse.Namespace):
 
     from ragen import config, envs
     from ragen.envs.experts import has_expert
-    from ragen.monitor.rundir import RunDir, default_run_root
+    from ragen.run.rundir import RunDir, default_run_root
 
     if args.env and "=" in args.env:  # `ragen sft --resume RUN key=value`: no env named
         args.env, args.overrides = None, [args.env, *args.overrides]
@@ -295,9 +296,10 @@ def _eval_config(args: argparse.Namespace):
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ragen import config, models, threads
-    from ragen.monitor.rundir import default_run_root
+    from ragen import config, models
+    from ragen.host import threads
     from ragen.rollout.backends import make_generator
+    from ragen.run.rundir import default_run_root
     from ragen.train.evaluator import (
         EvalRequest,
         check_eval_out,
@@ -513,15 +515,16 @@ def _add_env_commands(commands) -> None:
 
 def _add_run_commands(commands) -> None:
     """Commands that read a run directory: the collapse monitor, reports, the viewer."""
-    from ragen.monitor import commands as monitor_commands
+    from ragen.monitor import command as monitor_command
+    from ragen.report import command as report_command
     from ragen.viewer import command as view_command
 
-    p = _command(commands, "monitor", monitor_commands.MONITOR_SUMMARY)
-    monitor_commands.add_monitor_arguments(p)
-    p.set_defaults(func=monitor_commands.run_monitor)
-    p = _command(commands, "report", monitor_commands.REPORT_SUMMARY)
-    monitor_commands.add_report_arguments(p)
-    p.set_defaults(func=monitor_commands.run_report)
+    p = _command(commands, "monitor", monitor_command.SUMMARY)
+    monitor_command.add_arguments(p)
+    p.set_defaults(func=monitor_command.run)
+    p = _command(commands, "report", report_command.SUMMARY)
+    report_command.add_arguments(p)
+    p.set_defaults(func=report_command.run)
     p = _command(commands, "view", "browse a run's trajectories in a local web page")
     view_command.add_arguments(p)
     p.set_defaults(func=view_command.run)
@@ -591,8 +594,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit status (2 for input the user must fix)."""
     from ragen.config import ConfigError
     from ragen.models import ModelError
-    from ragen.monitor.jsonl import RunDirError
-    from ragen.monitor.rundir import disk_error_line
+    from ragen.run.jsonl import RunDirError
+    from ragen.run.rundir import disk_error_line
     from ragen.train.distributed import LaunchError
 
     args = parse_args(argv)

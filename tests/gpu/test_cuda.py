@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from ragen import config, models
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.rollout.backends import make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train.trainer import Trainer
 
 pytestmark = [

@@ -17,9 +17,9 @@ import pytest
 
 from ragen import config
 from ragen.cli import main
-from ragen.monitor import runlock
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import RunDir
+from ragen.run import lock
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir
 from ragen.study import outputs, runner, spec
 from ragen.train.trainer import Trainer
 
@@ -274,16 +274,16 @@ def test_a_killed_studys_run_dies_with_it(tmp_path, sig):
             start_new_session=True,  # its own group: the cleanup below reaches a leftover run
         )
     try:
-        _wait_for(lambda: study.poll() is not None or runlock.holder(run), 240, "a run started")
+        _wait_for(lambda: study.poll() is not None or lock.holder(run), 240, "a run started")
         assert study.poll() is None, err.read_text()[-2000:]
         child = json.loads(run.lock.read_text())["pid"]
         assert child != study.pid  # the run is its own process
         study.send_signal(sig)
         assert study.wait(timeout=120) == (130 if sig == signal.SIGTERM else -signal.SIGKILL)
         if sig == signal.SIGTERM:  # the study waited for its run and says how to go on
-            assert runlock.holder(run) is None
+            assert lock.holder(run) is None
             assert "interrupted; continue with: ragen study" in err.read_text()
-        _wait_for(lambda: runlock.holder(run) is None, 60, f"the run (pid {child}) ended")
+        _wait_for(lambda: lock.holder(run) is None, 60, f"the run (pid {child}) ended")
     finally:
         with contextlib.suppress(ProcessLookupError):  # a run left over, if any
             os.killpg(study.pid, signal.SIGKILL)
@@ -293,8 +293,8 @@ def test_a_killed_studys_run_dies_with_it(tmp_path, sig):
 HOLDER = """
 import sys, time
 from pathlib import Path
-from ragen.monitor.rundir import RunDir
-from ragen.monitor.runlock import hold
+from ragen.run.rundir import RunDir
+from ragen.run.lock import hold
 with hold(RunDir(Path(sys.argv[1]))):
     print("held", flush=True)
     time.sleep(600)

@@ -7,9 +7,9 @@ import statistics
 import pytest
 
 from ragen.monitor.collapse import Alert
-from ragen.monitor.jsonl import append_jsonl
-from ragen.monitor.report import load_run
-from ragen.monitor.rundir import RunDir
+from ragen.report.runs import load_run
+from ragen.run.jsonl import append_jsonl
+from ragen.run.rundir import RunDir
 from ragen.study import aligned, table
 from ragen.study.spec import Expectation, Study, StudyRun, StudyScale
 

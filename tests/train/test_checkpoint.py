@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from ragen.monitor.rundir import RunDir
+from ragen.run.rundir import RunDir
 from ragen.train import checkpoint
 
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from ragen import config, models
-from ragen.monitor.rundir import create_run_dir
+from ragen.run.rundir import create_run_dir
 from ragen.train import checkpoint
 from ragen.train.forward import SharedOpening, state_values
 from ragen.train.trainer import Trainer

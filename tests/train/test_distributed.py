@@ -26,8 +26,8 @@ from safetensors.torch import load_file
 from ragen import config
 from ragen.cli import main
 from ragen.config import ConfigError
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import RunDir, create_run_dir
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train import fsdp
 from ragen.train.trainer import Trainer
 

@@ -4,9 +4,10 @@ trainer.eval_k: tries per evaluation seed."""
 import pytest
 
 from ragen import config
-from ragen.monitor import report
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import BEFORE_TRAINING, RunDir, create_run_dir
+from ragen.report.runs import load_run
+from ragen.report.summary import story
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import BEFORE_TRAINING, RunDir, create_run_dir
 from ragen.train.trainer import Trainer
 
 TINY_BANDIT = [
@@ -55,7 +56,7 @@ def test_the_base_evaluation_is_recorded_once_and_changes_no_training_step(tmp_p
     # each evaluation keeps how its 2 levels went, in seed order, to be read level by level
     for e in evals:
         assert len(e["seed_successes"]) == 2 and sum(e["seed_successes"]) == 2 * e["success"]
-    assert "level by level on 2 levels" in report.story([report.load_run(run.root)])[0]
+    assert "level by level on 2 levels" in story([load_run(run.root)])[0]
     # the base evaluation samples from its own seeds: every training step is as without it
     assert _training(run) == _training(plain)
     assert [e["step"] for e in read_jsonl(plain.evals).records] == [1, 2]

@@ -8,8 +8,8 @@ import torch
 
 from ragen import config
 from ragen.algos import sampled_entropy
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import create_run_dir
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import create_run_dir
 from ragen.train import checkpoint
 from ragen.train.trainer import Trainer
 

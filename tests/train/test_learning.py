@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from ragen import config, models
-from ragen.monitor.rundir import RunDir, create_run_dir
 from ragen.rollout.expert import expert_dialogues
 from ragen.rollout.loop import RolloutSpec
 from ragen.rollout.trajectory import collate
+from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train.forward import token_logprobs
 from ragen.train.sft import supervised_update
 from ragen.train.trainer import Trainer, adamw

@@ -9,8 +9,8 @@ import pytest
 
 from ragen import config
 from ragen.cli import main
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import RunDir, create_run_dir
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train.trainer import Trainer
 
 SMALL = [

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from ragen import config
-from ragen.monitor.rundir import create_run_dir
 from ragen.rollout.expert import ExpertGenerator
+from ragen.run.rundir import create_run_dir
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateSettings, by_length, mini_batch_rows, ppo_update
 

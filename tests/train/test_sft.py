@@ -9,11 +9,11 @@ import torch
 
 from ragen import config, models
 from ragen.cli import main
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import RunDir
 from ragen.rollout.expert import expert_dialogues
 from ragen.rollout.loop import RolloutSpec
 from ragen.rollout.trajectory import collate
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir
 from ragen.train.sft import supervised_update
 
 SMALL = [

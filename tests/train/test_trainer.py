@@ -15,8 +15,8 @@ import torch
 from ragen import config, models
 from ragen.algos import whiten
 from ragen.algos.gigpo import anchor_ids, gigpo
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import RunDir, create_run_dir
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train import checkpoint
 from ragen.train.scoring import policy_logprobs
 from ragen.train.trainer import Trainer, out_of_budget, step_env_seeds

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from tests.train.test_critic_layers import ONE_STEP, _rows
 
 from ragen import config, models
-from ragen.monitor.rundir import create_run_dir
+from ragen.run.rundir import create_run_dir
 from ragen.train import checkpoint
 from ragen.train.forward import (
     SharedOpening,

@@ -11,8 +11,8 @@ import torch
 
 from ragen import config
 from ragen.config import ConfigError
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.rundir import RunDir, create_run_dir
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train.preflight import check_runnable
 from ragen.train.trainer import Trainer, check_resume
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ragen import config
-from ragen.monitor.jsonl import read_jsonl, to_json_line
-from ragen.monitor.rundir import RunDir, create_run_dir
+from ragen.run.jsonl import read_jsonl, to_json_line
+from ragen.run.rundir import RunDir, create_run_dir
 
 STEPS = 3
 TINY = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.metrics_logger import MetricsLogger
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import read_jsonl
+from ragen.run.metrics_logger import MetricsLogger
+from ragen.run.rundir import RunDir
 from ragen.viewer.app import CSP, create_app
 
 

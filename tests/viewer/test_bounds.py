@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ragen.monitor.jsonl import RunDirError, read_jsonl, to_json_line
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import RunDirError, read_jsonl, to_json_line
+from ragen.run.rundir import RunDir
 from ragen.viewer import index as index_module
 from ragen.viewer import store as store_module
 from ragen.viewer.app import create_app

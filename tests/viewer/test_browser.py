@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ragen.monitor.jsonl import read_jsonl
-from ragen.monitor.metrics_logger import MetricsLogger
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import read_jsonl
+from ragen.run.metrics_logger import MetricsLogger
+from ragen.run.rundir import RunDir
 from ragen.viewer.app import create_app
 from ragen.viewer.connections import make_server
 from ragen.viewer.export import export_step

@@ -8,7 +8,7 @@ import socket
 import pytest
 from fastapi.testclient import TestClient
 
-from ragen.monitor.jsonl import RunDirError
+from ragen.run.jsonl import RunDirError
 from ragen.viewer import command
 from ragen.viewer.app import create_app
 

@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from ragen.monitor.jsonl import RunDirError, read_jsonl
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import RunDirError, read_jsonl
+from ragen.run.rundir import RunDir
 from ragen.viewer.export import export_step, json_for_html
 
 STEPS = 3  # as the viewer_run fixture trains

@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ragen.cli import main
-from ragen.monitor.jsonl import RunDirError, read_jsonl, to_json_line
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import RunDirError, read_jsonl, to_json_line
+from ragen.run.rundir import RunDir
 from ragen.viewer.app import create_app
 from ragen.viewer.export import export_step
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from ragen.monitor.jsonl import append_jsonl, read_jsonl, rewrite_jsonl
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import append_jsonl, read_jsonl, rewrite_jsonl
+from ragen.run.rundir import RunDir
 from ragen.viewer import index as index_module
 from ragen.viewer.index import EpisodeSummary, FileIndex, IndexCache
 

@@ -1,3 +1,3 @@
-"""What a run shows: the run directory and its logs (logging), step metrics (metrics),
-template-collapse scoring (template), the online collapse detector (collapse), plots and
-summaries (report), and the monitor/report commands (commands)."""
+"""Watching a run for collapse: step metrics (metrics), template-collapse scoring (template),
+the online collapse detector and its rules (collapse), its settings for a replay (settings),
+and the ``ragen monitor`` command (command)."""

@@ -33,12 +33,12 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from ragen import phases
+from ragen.host.memory import available_memory, total_memory
 from ragen.kv_keyword import cache_keyword, cache_kwarg
 from ragen.rollout.attention import NAME as DECODE_ATTENTION
 from ragen.rollout.attention import PREFIX_KEYWORD
 from ragen.rollout.sampling import choose, row_generators
 from ragen.rollout.static_decode import StaticDecoder
-from ragen.sysmem import available_memory, total_memory
 
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"

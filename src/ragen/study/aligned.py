@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ragen import metric_names as names
-from ragen.monitor.report import Panel, Plot, RunData, draw, panel_series
-from ragen.monitor.rundir import BEFORE_TRAINING
+from ragen.report.curves import Panel, Plot, panel_series
+from ragen.report.figures import draw
+from ragen.report.runs import RunData
+from ragen.run.rundir import BEFORE_TRAINING
 
 ALIGNED = Plot(
     "aligned",

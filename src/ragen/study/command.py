@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     """List, plan or run a study. Bad input raises ConfigError or RunDirError (the caller
     prints it and exits 2); a run that fails ends the study with exit status 1; Ctrl-C or
     SIGTERM stops it and its run with 130, saying how to go on."""
-    from ragen.monitor.rundir import RunDir
+    from ragen.run.rundir import RunDir
     from ragen.study.runner import StudyError, command_line, run_all, stopping_on_sigterm
 
     if args.name == "list":

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragen.monitor.jsonl import to_json_line, write_atomic
-from ragen.monitor.report import DEFAULT_SMOOTHING, RunData, load_run, write_report_of
+from ragen.report.curves import DEFAULT_SMOOTHING
+from ragen.report.runs import RunData, load_run
+from ragen.report.write import write_report_of
+from ragen.run.jsonl import to_json_line, write_atomic
 from ragen.study.aligned import write_aligned
 from ragen.study.runner import StudyState
 from ragen.study.spec import TRAIN, PlannedRun, Study, expectations_at

@@ -34,9 +34,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ragen.monitor.jsonl import write_atomic
-from ragen.monitor.rundir import RunDir
-from ragen.monitor.runlock import hold, holder
+from ragen.run.jsonl import write_atomic
+from ragen.run.lock import hold, holder
+from ragen.run.rundir import RunDir
 from ragen.study.spec import SFT, TRAIN, PlannedRun
 from ragen.train.checkpoint import complete_checkpoints
 

@@ -381,7 +381,7 @@ def _warm_start(
     always saves its last step); (None, None) without a warm start."""
     if warm is None:
         return None, None
-    from ragen.monitor.rundir import RunDir
+    from ragen.run.rundir import RunDir
 
     settings = (*warm.overrides, *overrides, f"trainer.seed={seed}")
     cfg = config.load(warm.preset, list(settings))

@@ -12,7 +12,7 @@ is reported as untested, never as reproduced.
 
 Two sides that are evaluations of the same levels (a run's end against its start, or two
 runs evaluated on the same fixed seeds) are compared level by level where every seed's
-evaluation holds its levels' outcomes (ragen.monitor.paired): the error of the difference is
+evaluation holds its levels' outcomes (ragen.report.paired): the error of the difference is
 then the paired one, or the seeds' spread where that is wider.
 """
 
@@ -25,9 +25,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import groupby
 
-from ragen.monitor.paired import SEED_SUCCESSES, PairedChange, paired_summaries, seed_successes
-from ragen.monitor.report import SIGNIFICANT_Z, RunData, series, summarize_run
-from ragen.monitor.rundir import BEFORE_TRAINING
+from ragen.report.curves import series
+from ragen.report.paired import PairedChange, paired_summaries, seed_successes
+from ragen.report.runs import RunData
+from ragen.report.summary import SIGNIFICANT_Z, summarize_run
+from ragen.run.rundir import BEFORE_TRAINING, SEED_SUCCESSES
 from ragen.study.spec import START, Expectation, Study
 
 _EVAL_SUCCESS = re.compile(r"eval/(.+)/success")

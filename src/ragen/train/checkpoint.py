@@ -25,7 +25,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ragen.monitor.rundir import RunDir
+from ragen.run.rundir import RunDir
 from ragen.train import distributed, fsdp
 
 STATE_FILE = "trainer_state.json"
@@ -167,7 +167,7 @@ def _discard(folder: Path) -> None:
 
 def sweep(run: RunDir) -> None:
     """Delete what interrupted writes and removals left: the hidden folders beside the
-    checkpoints. Only the run's one writer (see runlock.py) calls it."""
+    checkpoints. Only the run's one writer (see ragen.run.lock) calls it."""
     if run.checkpoints.is_dir():
         for leftover in run.checkpoints.glob(".step_*"):
             shutil.rmtree(leftover, ignore_errors=True)

@@ -13,14 +13,13 @@ from tqdm import tqdm
 
 from ragen import phases
 from ragen.config import Config, TrainerConfig, env_options
-from ragen.monitor.jsonl import RunDirError, append_jsonl, rewrite_jsonl
+from ragen.host.memory import trim_heap
 from ragen.monitor.metrics import action_template
-from ragen.monitor.paired import SEED_SUCCESSES
-from ragen.monitor.rundir import RunDir
 from ragen.rollout.generator import CachedGenerator, Generator, kept_cache_episodes
 from ragen.rollout.loop import SPLIT_SEED_BASES, RolloutSpec, rollout
 from ragen.rollout.trajectory import END_REASONS, Trajectory
-from ragen.sysmem import trim_heap
+from ragen.run.jsonl import RunDirError, append_jsonl, rewrite_jsonl
+from ragen.run.rundir import SEED_SUCCESSES, RunDir
 from ragen.train import distributed
 
 _TRAINER = TrainerConfig()  # the evaluation defaults, defined there
@@ -39,7 +38,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict:
     ``success`` is the mean over all episodes; ``pass_at_k`` the share of seeds where at
     least one of the k copies succeeded (k = copies per seed); ``seed_successes`` how many
     copies of each seed succeeded, in seed order, so that two evaluations of the same seeds
-    can be compared level by level (ragen.monitor.paired).
+    can be compared level by level (ragen.report.paired).
     """
     if not trajectories:
         raise ValueError("nothing to summarize: no trajectories")
@@ -160,7 +159,7 @@ def evaluate(
     finally:
         bar.update(bar.total - bar.n)
         bar.close()
-        trim_heap()  # the episodes' KV caches, freed: see ragen.sysmem
+        trim_heap()  # the episodes' KV caches, freed: see ragen.host.memory
     summary = summarize(trajectories)
     summary.update(env=request.env, temperature=request.temperature, split=request.split)
     summary["seconds"] = round(time.perf_counter() - started, 2)

@@ -22,10 +22,10 @@ import torch
 from ragen import metric_names as names
 from ragen import models
 from ragen.config import ConfigError
-from ragen.monitor.metrics_logger import MetricsLogger
+from ragen.host.memory import trim_heap
 from ragen.rollout.expert import expert_dialogues, expert_seeds
 from ragen.rollout.trajectory import Batch, Trajectory, collate
-from ragen.sysmem import trim_heap
+from ragen.run.metrics_logger import MetricsLogger
 from ragen.train.forward import SharedOpening, token_logprobs
 from ragen.train.trainer import Models, Trainer, adamw, load_master_policy
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ragen import models, phases, threads
+from ragen import models, phases
 from ragen.algos import (
     ESTIMATORS,
     METRICS,
@@ -38,16 +38,17 @@ from ragen.algos import (
 )
 from ragen.algos.gigpo import anchor_ids
 from ragen.config import ROW_BY_ROW, AlgoConfig, Config, ConfigError, import_estimator, to_dict
+from ragen.host import threads
+from ragen.host.memory import trim_heap
 from ragen.monitor.collapse import Alert, CollapseDetector
-from ragen.monitor.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
-from ragen.monitor.metrics_logger import MetricsLogger
-from ragen.monitor.rundir import BEFORE_TRAINING, RunDir
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.backends import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
-from ragen.sysmem import trim_heap
+from ragen.run.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl
+from ragen.run.metrics_logger import MetricsLogger
+from ragen.run.rundir import BEFORE_TRAINING, RunDir
 from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.evaluator import EvalRequest, evaluate
 from ragen.train.generation_weights import COPYING_BACKENDS, GenerationWeights

@@ -12,7 +12,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ragen.monitor.jsonl import RunDirError
+from ragen.run.jsonl import RunDirError
 from ragen.viewer.store import MAX_STEP, RunStore, StepKey, parse_step
 
 DEFAULT_PORT = 8765

@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ragen.monitor.jsonl import RunDirError, write_atomic
+from ragen.run.jsonl import RunDirError, write_atomic
 from ragen.viewer.app import static_text
 from ragen.viewer.files import size_text
 from ragen.viewer.store import EVAL, NotFound, RunStore, StepKey, file_notices

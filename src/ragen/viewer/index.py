@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ragen.monitor.jsonl import parse_line
+from ragen.run.jsonl import parse_line
 from ragen.viewer.files import Refused, open_inside
 
 PREVIEW_CHARS = 160

@@ -23,8 +23,8 @@ from typing import Any, Final, Literal
 from ragen import metric_names as names
 from ragen.agent.parsing import PROBLEMS
 from ragen.config import ConfigError, yaml_mapping
-from ragen.monitor.jsonl import JsonlRead, RunDirError, parse_jsonl
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import JsonlRead, RunDirError, parse_jsonl
+from ragen.run.rundir import RunDir
 from ragen.viewer.files import Refused, outside_notice, read_inside, size_text
 from ragen.viewer.index import (
     MAX_LINE_BYTES,

@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragen import sysmem
+from ragen.host import memory
 
 
 def test_available_memory_is_memavailable_not_memfree(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal: 24000000 kB\nMemFree: 1000 kB\nMemAvailable: 2500 kB\n")
-    assert sysmem.available_memory(meminfo) == 2500 * 1024
+    assert memory.available_memory(meminfo) == 2500 * 1024
 
 
 @pytest.mark.parametrize("text", [None, "MemTotal: 24000000 kB\n", "MemAvailable: lots\n"])
@@ -21,14 +21,14 @@ def test_without_a_readable_memavailable_free_pages_are_used(tmp_path, text):
     if text is not None:
         meminfo.write_text(text)
     pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert sysmem.available_memory(meminfo) == pytest.approx(pages, rel=0.2)
+    assert memory.available_memory(meminfo) == pytest.approx(pages, rel=0.2)
 
 
 def _rss() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest.mark.skipif(sysmem._malloc_trim() is None, reason="not glibc")
+@pytest.mark.skipif(memory._malloc_trim() is None, reason="not glibc")
 def test_trim_heap_returns_freed_tensors_to_the_system():
     # 4,096 tensors of 64 KiB sit in the heap (below glibc's mmap threshold); the last one,
     # kept, pins the heap's top, so freeing the others returns nothing on its own.
@@ -36,7 +36,7 @@ def test_trim_heap_returns_freed_tensors_to_the_system():
     keep = tensors[-1]
     del tensors
     before = _rss()
-    assert sysmem.trim_heap()
+    assert memory.trim_heap()
     assert before - _rss() > 200 * 2**20
     assert keep.sum() == 16384
 
@@ -44,9 +44,9 @@ def test_trim_heap_returns_freed_tensors_to_the_system():
 def test_total_memory_is_memtotal(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal: 24000000 kB\nMemFree: 1000 kB\nMemAvailable: 2500 kB\n")
-    assert sysmem.total_memory(meminfo) == 24000000 * 1024
+    assert memory.total_memory(meminfo) == 24000000 * 1024
 
 
 def test_without_a_readable_memtotal_the_physical_pages_are_used(tmp_path):
     pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert sysmem.total_memory(tmp_path / "missing") == pages
+    assert memory.total_memory(tmp_path / "missing") == pages

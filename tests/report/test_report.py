@@ -1,24 +1,27 @@
-"""Reports and the monitor command: files that open as images, plotted data equal to
-metrics.jsonl, summary numbers for hand-built runs, and one report on a real tiny run."""
+"""Reports: files that open as images, plotted data equal to metrics.jsonl, summary numbers
+for hand-built runs, and one report on a real tiny run."""
 
 import argparse
-import json
 
 import matplotlib.image
 import pytest
+from tests.monitor import streams
 
-from ragen.monitor import report
 from ragen.monitor.collapse import Alert, MonitorConfig, replay
-from ragen.monitor.commands import (
-    add_monitor_arguments,
-    add_report_arguments,
-    run_monitor,
-    run_report,
+from ragen.report import command
+from ragen.report.curves import PLOTS, ema, plot_data
+from ragen.report.figures import draw
+from ragen.report.runs import load_run
+from ragen.report.summary import (
+    RunSummary,
+    difference_z,
+    story,
+    summarize_run,
+    summary_markdown,
 )
-from ragen.monitor.jsonl import append_jsonl
-from ragen.monitor.rundir import RunDir
-
-from . import streams
+from ragen.report.write import write_report
+from ragen.run.jsonl import append_jsonl
+from ragen.run.rundir import RunDir
 
 
 def _run(tmp_path, name, records, alerts=None, torn=False):
@@ -51,18 +54,18 @@ HAND_ALERTS = [
 
 
 def test_ema_by_hand():
-    assert report.ema([0, 1], [1.0, 3.0], 0.5) == pytest.approx([1.0, 1.75 / 0.75])
+    assert ema([0, 1], [1.0, 3.0], 0.5) == pytest.approx([1.0, 1.75 / 0.75])
     # two steps apart: the new point weighs 1 - 0.5**2 = 0.75
-    assert report.ema([0, 2], [1.0, 3.0], 0.5) == pytest.approx([1.0, 2.375 / 0.875])
-    assert report.ema([3, 4, 5], [2.0, 5.0, 7.0], 1.0) == [2.0, 5.0, 7.0]
+    assert ema([0, 2], [1.0, 3.0], 0.5) == pytest.approx([1.0, 2.375 / 0.875])
+    assert ema([3, 4, 5], [2.0, 5.0, 7.0], 1.0) == [2.0, 5.0, 7.0]
 
 
 def test_summary_numbers_of_a_hand_built_run(tmp_path):
     run = _run(tmp_path, "hand", _hand_records(), HAND_ALERTS, torn=True)
-    data = report.load_run(run.root)
+    data = load_run(run.root)
     assert data.alerts == HAND_ALERTS and data.alerts_source == "alerts.jsonl"
     assert data.skipped_lines == 1 and len(data.records) == 15
-    [row] = report.summarize_run(data)
+    [row] = summarize_run(data)
     # no evaluation before training: the first one (after step 4) is not the base
     assert (row.success_of, row.before, row.peak, row.peak_step, row.final) == (
         "sokoban",
@@ -72,7 +75,7 @@ def test_summary_numbers_of_a_hand_built_run(tmp_path):
         0.3,
     )
     assert (row.collapse_step, row.warning_step, row.lead_time) == (12, 5, 7)
-    text = report.summary_markdown([data])
+    text = summary_markdown([data])
     assert "| hand | sokoban | — | 0.500 (9) | 0.300 | 12 | 5 | 7 |" in text
     assert "1 torn line(s) skipped" in text
 
@@ -80,33 +83,33 @@ def test_summary_numbers_of_a_hand_built_run(tmp_path):
 def test_summary_without_evaluation_or_alerts(tmp_path):
     records = [{"step": s, "rollout/success": [0.2, 0.6, 0.4][s]} for s in range(3)]
     run = _run(tmp_path, "plain", records)
-    data = report.load_run(run.root)
+    data = load_run(run.root)
     no_config = f"default settings: {run.root} has no config.yaml"
     assert data.alerts == [] and data.alerts_source == f"replayed, {no_config}"
-    [row] = report.summarize_run(data)
+    [row] = summarize_run(data)
     assert (row.success_of, row.before, row.peak, row.final) == ("train rollouts", 0.2, 0.6, 0.4)
     assert row.collapse_step is None and row.lead_time is None
     assert "| plain | train rollouts | 0.200 | 0.600 (1) | 0.400 | — | — | — |" in (
-        report.summary_markdown([data])
+        summary_markdown([data])
     )
 
 
 def test_a_warning_after_the_collapse_has_no_lead_time():
-    row = report.RunSummary("r", "x", None, None, None, None, collapse_step=5, warning_step=9)
+    row = RunSummary("r", "x", None, None, None, None, collapse_step=5, warning_step=9)
     assert row.lead_time is None
 
 
 def test_plotted_lines_are_the_metrics(tmp_path):
     records = _hand_records()
-    data = report.load_run(_run(tmp_path, "hand", records, HAND_ALERTS).root)
-    panels = report.plot_data([data])["reward"]
+    data = load_run(_run(tmp_path, "hand", records, HAND_ALERTS).root)
+    panels = plot_data([data])["reward"]
     [curve] = panels["reward mean"]
     assert curve.steps == [s for s in range(15) if s != 7]
     assert curve.raw == [records[s]["rollout/reward_mean"] for s in curve.steps]
-    assert curve.smooth == pytest.approx(report.ema(curve.steps, curve.raw, 0.1))
+    assert curve.smooth == pytest.approx(ema(curve.steps, curve.raw, 0.1))
     assert "in-group reward std" not in panels  # not logged: no empty panel
-    plot = next(p for p in report.PLOTS if p.name == "reward")
-    fig = report.draw(plot, panels, [data])
+    plot = next(p for p in PLOTS if p.name == "reward")
+    fig = draw(plot, panels, [data])
     lines = {line.get_gid(): line for ax in fig.axes for line in ax.get_lines()}
     raw = lines["hand|rollout/reward_mean|raw"].get_xydata()
     assert raw[:, 0].tolist() == curve.steps and raw[:, 1].tolist() == curve.raw
@@ -125,8 +128,8 @@ def test_plotted_lines_are_the_metrics(tmp_path):
 
 
 def test_eval_points_are_drawn_unsmoothed(tmp_path):
-    data = report.load_run(_run(tmp_path, "hand", _hand_records(), []).root)
-    [curve] = report.plot_data([data])["success"]["evaluation (fixed seeds)"]
+    data = load_run(_run(tmp_path, "hand", _hand_records(), []).root)
+    [curve] = plot_data([data])["success"]["evaluation (fixed seeds)"]
     assert curve.key == "eval/sokoban/success"
     assert curve.steps == [4, 9, 14] and curve.smooth == curve.raw == [0.1, 0.5, 0.3]
 
@@ -135,7 +138,7 @@ def test_report_overlays_runs_and_writes_images(tmp_path):
     healthy = _run(tmp_path, "starpo-s", streams.healthy(0, steps=60))
     collapsing = _run(tmp_path, "starpo", streams.collapsing(1))
     out = tmp_path / "out"
-    written = report.write_report([healthy.root, collapsing.root], out)
+    written = write_report([healthy.root, collapsing.root], out)
     names = sorted(p.name for p in written.files)
     assert names == sorted(
         ["success.png", "reward.png", "entropy.png", "grad_norm.png", "diversity.png", "summary.md"]
@@ -148,11 +151,9 @@ def test_report_overlays_runs_and_writes_images(tmp_path):
     assert "| starpo-s | train rollouts |" in summary and "| starpo | train rollouts |" in summary
     collapse_row = next(line for line in summary.splitlines() if line.startswith("| starpo |"))
     assert "| — |" not in collapse_row.split("|", 6)[-1]  # collapse, warning and lead time
-    data = report.plot_data([report.load_run(healthy.root), report.load_run(collapsing.root)])
-    plot = next(p for p in report.PLOTS if p.name == "entropy")
-    fig = report.draw(
-        plot, data["entropy"], [report.load_run(healthy.root), report.load_run(collapsing.root)]
-    )
+    data = plot_data([load_run(healthy.root), load_run(collapsing.root)])
+    plot = next(p for p in PLOTS if p.name == "entropy")
+    fig = draw(plot, data["entropy"], [load_run(healthy.root), load_run(collapsing.root)])
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend[:2] == ["starpo-s", "starpo"]
 
@@ -160,57 +161,14 @@ def test_report_overlays_runs_and_writes_images(tmp_path):
 def test_same_named_runs_are_told_apart(tmp_path):
     a = _run(tmp_path / "a", "seed0", streams.healthy(0, steps=20))
     b = _run(tmp_path / "b", "seed0", streams.healthy(1, steps=20))
-    report.write_report([a.root, b.root], tmp_path / "out")
+    write_report([a.root, b.root], tmp_path / "out")
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "| a/seed0 |" in summary and "| b/seed0 |" in summary
 
 
-# ---------------------------------------------------------------------------- commands
-
-
-def _args(add, argv):
-    parser = argparse.ArgumentParser()
-    add(parser)
-    return parser.parse_args(argv)
-
-
-def test_monitor_command_prints_one_line_per_alert(tmp_path, capsys):
-    run = _run(tmp_path, "r", streams.collapsing(0), torn=True)
-    assert run_monitor(_args(add_monitor_arguments, [str(run.root)])) == 0
-    out, err = capsys.readouterr()
-    lines = out.splitlines()
-    assert lines and all(line.startswith("[step ") for line in lines)
-    assert any("COLLAPSE rollout/success" in line for line in lines)
-    assert f"{len(lines)} alert(s) in 160 steps, 1 unreadable line(s) skipped" in err
-    assert run_monitor(_args(add_monitor_arguments, [str(run.root), "--json"])) == 0
-    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["step"] for r in records] == [int(line[6:].split("]")[0]) for line in lines]
-    # a stricter threshold on the command line finds the std fall later or not at all
-    argv = [str(run.root), "monitor.std_drop=0.99", "entropy_drop=0.99", "diversity_drop=0.99"]
-    assert run_monitor(_args(add_monitor_arguments, argv)) == 0
-    assert "WARNING" not in capsys.readouterr().out
-
-
-def test_monitor_command_refuses_bad_input(tmp_path, capsys):
-    assert run_monitor(_args(add_monitor_arguments, [str(tmp_path)])) == 2
-    assert "no metrics.jsonl" in capsys.readouterr().err
-    run = _run(tmp_path, "r", streams.healthy(0, steps=5))
-    assert run_monitor(_args(add_monitor_arguments, [str(run.root), "std_dorp=0.3"])) == 2
-    assert "did you mean monitor.std_drop" in capsys.readouterr().err
-
-
-def test_report_command_defaults_to_the_run_folder(tmp_path, capsys):
-    run = _run(tmp_path, "r", streams.healthy(0, steps=20))
-    assert run_report(_args(add_report_arguments, [str(run.root)])) == 0
-    printed = capsys.readouterr().out.split()
-    assert (run.root / "report" / "summary.md").is_file()
-    assert str(run.root / "report" / "summary.md") in printed
-    assert run_report(_args(add_report_arguments, [str(tmp_path / "nothing")])) == 2
-
-
 def test_report_on_a_real_tiny_run(tmp_path):
     from ragen import config
-    from ragen.monitor.rundir import create_run_dir
+    from ragen.run.rundir import create_run_dir
     from ragen.train.trainer import Trainer
 
     cfg = config.load(
@@ -233,26 +191,26 @@ def test_report_on_a_real_tiny_run(tmp_path):
     )
     run = create_run_dir(tmp_path / "tiny-run", cfg)
     Trainer(cfg, run).train()
-    written = report.write_report([run.root], tmp_path / "out")
+    written = write_report([run.root], tmp_path / "out")
     names = {p.name for p in written.files}
     assert {"success.png", "reward.png", "entropy.png", "grad_norm.png", "length.png"} <= names
-    data = report.load_run(run.root)
+    data = load_run(run.root)
     # eval.jsonl: each env before training (step -1), after step 1 and after the last, 2
     evaluated = [(e["step"], e["env"]) for e in data.evals]
     assert evaluated == [(s, env) for s in (-1, 1, 2) for env in cfg.env.eval_names]
-    rows = report.summarize_run(data)
+    rows = summarize_run(data)
     assert [r.success_of for r in rows] == cfg.env.eval_names
     for row in rows:
         mine = [e["success"] for e in data.evals if e["env"] == row.success_of]
         [curve] = [
             c
-            for c in report.plot_data([data])["success"]["evaluation (fixed seeds)"]
+            for c in plot_data([data])["success"]["evaluation (fixed seeds)"]
             if c.key == f"eval/{row.success_of}/success"
         ]
         assert curve.steps == [-1, 1, 2] and curve.raw == mine
         assert (row.before, row.final) == (mine[0], mine[-1])
     assert data.steps == 3
-    [curve] = report.plot_data([data])["entropy"]["entropy (nats)"]
+    [curve] = plot_data([data])["entropy"]["entropy (nats)"]
     assert curve.steps == [0, 1, 2]
     assert curve.raw == [r["actor/entropy"] for r in data.records if r["step"] >= 0]
     assert written.story[0].startswith(f"{cfg.env.eval_names[0]}: ")
@@ -261,19 +219,25 @@ def test_report_on_a_real_tiny_run(tmp_path):
     )
 
 
+def _args(add, argv):
+    parser = argparse.ArgumentParser()
+    add(parser)
+    return parser.parse_args(argv)
+
+
 def test_report_can_replay_alerts_with_other_detector_settings(tmp_path):
     records = streams.collapsing(0)
     run = _run(tmp_path, "r", records, alerts=HAND_ALERTS)
-    assert report.load_run(run.root).alerts == HAND_ALERTS  # the run's own alerts.jsonl
-    replayed = report.load_run(run.root, replay_with=["std_drop=0.99"])
+    assert load_run(run.root).alerts == HAND_ALERTS  # the run's own alerts.jsonl
+    replayed = load_run(run.root, replay_with=["std_drop=0.99"])
     assert replayed.alerts == replay(records, MonitorConfig(std_drop=0.99))
     no_config = f"default settings: {run.root} has no config.yaml"
     assert replayed.alerts_source == f"replayed, {no_config} + std_drop=0.99"
     out = tmp_path / "out"
     args = _args(
-        add_report_arguments, [str(run.root), "--out", str(out), "--replay", "std_drop=0.99"]
+        command.add_arguments, [str(run.root), "--out", str(out), "--replay", "std_drop=0.99"]
     )
-    assert run_report(args) == 0
+    assert command.run(args) == 0
     assert f"(replayed, {no_config} + std_drop=0.99)" in (out / "summary.md").read_text()
 
 
@@ -294,7 +258,7 @@ def test_the_story_sets_the_trained_policy_beside_the_base(tmp_path):
             {"step": 19, "env": "bandit-test", "success": 0.3125, "episodes": 64},
         ],
     )
-    data = report.load_run(run.root)
+    data = load_run(run.root)
     assert data.records[0] == {
         "step": -1,
         "eval/bandit/success": 0.5,
@@ -303,21 +267,21 @@ def test_the_story_sets_the_trained_policy_beside_the_base(tmp_path):
     assert data.steps == 20
     # SE of the difference: sqrt(0.5 * 0.5 / 128 + 0) = 0.0442, so +50 points is 11.3 SE;
     # sqrt(0.25 * 0.75 / 64 + 0.3125 * 0.6875 / 64) = 0.0798: +6.25 points is 0.8 SE
-    assert report.story([data]) == [
+    assert story([data]) == [
         "bandit: 50.0% before training, 100.0% after step 19 (+50.0 points, +11.3 SE on 128 "
         "episodes): a gain beyond the noise. bandit-test: 25.0% before training, 31.2% after "
         "step 19 (+6.2 points, +0.8 SE on 64 episodes): within the noise (under 2 standard "
         "errors). The collapse monitor raised no alert."
     ]
-    [bandit, test] = report.summarize_run(data)
+    [bandit, test] = summarize_run(data)
     assert (bandit.before, bandit.final, test.before, test.final) == (0.5, 1.0, 0.25, 0.3125)
-    assert report.summary_markdown([data]).startswith("# Run summary\n\n" + report.story([data])[0])
+    assert summary_markdown([data]).startswith("# Run summary\n\n" + story([data])[0])
 
 
 def test_the_story_tells_a_collapse_and_a_missing_base(tmp_path):
     run = _run(tmp_path, "hand", _hand_records(), HAND_ALERTS)
     _evals(run, [{"step": 14, "env": "sokoban", "success": 0.3, "episodes": 16}])
-    assert report.story([report.load_run(run.root)]) == [
+    assert story([load_run(run.root)]) == [
         "sokoban: 30.0% after step 14; no evaluation before training to set it beside "
         "(trainer.eval_before=true makes one). The collapse monitor warned first at step 5 "
         "(rollout/reward_std: std fell) and saw a collapse at step 12 (rollout/reward_mean: "
@@ -355,7 +319,7 @@ def test_the_story_reads_the_levels_pair_by_pair_where_the_evaluations_hold_them
     )
     # per-level changes: three 1s and five 0s; mean 3/8, sample variance (3 - 8 * 9/64) / 7
     # = 15/56, SE sqrt(15/56/8) = 0.183: 2.0 SE, where two independent rates read 1.6
-    assert report.story([report.load_run(run.root)]) == [
+    assert story([load_run(run.root)]) == [
         "bandit: 25.0% before training, 62.5% after step 3 (+37.5 points, +2.0 SE level by "
         "level on 8 levels: 3 gained, 0 lost): a gain beyond the noise. The collapse monitor "
         "raised no alert."
@@ -364,11 +328,11 @@ def test_the_story_reads_the_levels_pair_by_pair_where_the_evaluations_hold_them
 
 def test_difference_z_by_hand():
     half, all_ = {"success": 0.5, "episodes": 100}, {"success": 1.0, "episodes": 100}
-    assert report.difference_z(half, all_) == pytest.approx(0.5 / 0.05)
-    assert report.difference_z(all_, half) == pytest.approx(-10.0)
+    assert difference_z(half, all_) == pytest.approx(0.5 / 0.05)
+    assert difference_z(all_, half) == pytest.approx(-10.0)
     none = {"success": 0.0, "episodes": 10}
-    assert report.difference_z(none, none) == 0.0
-    assert report.difference_z(none, {"success": 1.0, "episodes": 10}) == float("inf")
+    assert difference_z(none, none) == 0.0
+    assert difference_z(none, {"success": 1.0, "episodes": 10}) == float("inf")
 
 
 def test_endings_plot_the_share_and_the_return_of_each_way_episodes_ended(tmp_path):
@@ -381,8 +345,8 @@ def test_endings_plot_the_share_and_the_return_of_each_way_episodes_ended(tmp_pa
          "rollout/return_end_truncated_reply_length": -0.2, "rollout/end_truncated_actions": 0.5,
          "rollout/return_end_truncated_actions": -0.9},
     ]  # fmt: skip
-    data = report.load_run(_run(tmp_path, "cut", records).root)
-    panels = report.plot_data([data])["endings"]
+    data = load_run(_run(tmp_path, "cut", records).root)
+    panels = plot_data([data])["endings"]
     shares = {c.key: c.raw for c in panels["share of episodes"]}
     assert shares == {
         "rollout/end_truncated_reply_length": [0.25, 0.5],
@@ -391,7 +355,7 @@ def test_endings_plot_the_share_and_the_return_of_each_way_episodes_ended(tmp_pa
     }
     returns = {c.key: c.raw for c in panels["mean return of those episodes"]}
     assert returns["rollout/return_end_truncated_reply_length"] == [-0.1, -0.2]
-    plot = next(p for p in report.PLOTS if p.name == "endings")
-    fig = report.draw(plot, panels, [data])
+    plot = next(p for p in PLOTS if p.name == "endings")
+    fig = draw(plot, panels, [data])
     legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert legend == ["cut · truncated_reply_length", "cut · truncated_actions"]

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from ragen.monitor import paired
+from ragen.report import paired
 
 
 def _summary(successes, k=1):

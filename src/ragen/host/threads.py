@@ -1,19 +1,17 @@
 """How many threads torch computes with: by default, the cores that are free when a run starts.
 
-torch takes every core by default. On a 2-core machine where another process keeps one core
-busy, two torch threads ran every op about 10× slower than one: each op waits for the thread
-that shares its core. ``trainer.threads=0`` (auto) samples ``/proc/stat`` for a moment, counts
-the cores another process keeps busy (sampling again, up to ``SAMPLES`` times, while a core
-looks busy: see there), and takes the rest of the cores this process may run on, at least
-one. ``OMP_NUM_THREADS``, when set, is the user's own choice and wins (torchrun
-sets it to 1 when it starts several processes on a machine). Between training steps the
-count follows the machine (``Follower``): what other processes ran during the last step,
-this process's own CPU time taken out of the machine's, decides the next step's threads, so
-a run started beside a job takes the second core back when the job ends, and gives it up
-when one starts. On the 2-core Zen 5 the embedded model's logits and gradients came out bit
-for bit the same at 1 and 2 threads (float32, bf16 autocast, bf16 decode steps); on a machine
-where they do not, a run's numbers depend on the load it met, and ``trainer.threads=N`` pins
-the count.
+torch takes every core by default. Where another process keeps a core busy, a torch thread
+that shares that core holds up every op, since each op waits for its slowest thread; one
+thread fewer is then faster. ``trainer.threads=0`` (auto) samples ``/proc/stat`` for a moment,
+counts the cores another process keeps busy (sampling again, up to ``SAMPLES`` times, while a
+core looks busy: see there), and takes the rest of the cores this process may run on, at
+least one. ``OMP_NUM_THREADS``, when set, is the user's own choice and wins (torchrun sets it
+to 1 when it starts several processes on a machine). Between training steps the count
+follows the machine (``Follower``): what other processes ran during the last step, this
+process's own CPU time taken out of the machine's, decides the next step's threads, so a run
+started beside a job takes the core back when the job ends, and gives it up when one starts.
+Where a machine's kernels give other rounding at another thread count, a run's numbers then
+depend on the load it met; ``trainer.threads=N`` pins the count.
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ SAMPLE_S = 0.3
 """How long the idle sample lasts: long enough to see a busy core, short beside a model load."""
 SAMPLES = 10
 """Samples at most while a core looks busy, the fewest busy cores seen counting: a run that
-has just ended keeps a core busy for a moment while its memory is freed (a run started
-right after a 16 GB Sokoban run saw 1.0 of 2 cores busy and took one thread), while a job
-that holds a core holds it in every sample. A quiet machine takes one sample."""
+has just ended keeps a core busy for a moment while its memory is freed, while a job that
+holds a core holds it in every sample. A quiet machine takes one sample."""
 
 
 def cpu_times() -> tuple[int, int] | None:

@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from ragen import threads
+from ragen.host import threads
 
 
 def test_busy_cores_are_the_busy_share_of_the_elapsed_jiffies():

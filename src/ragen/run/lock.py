@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 
-from ragen.monitor.jsonl import RunDirError, write_all
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import RunDirError, write_all
+from ragen.run.rundir import RunDir
 
 
 @contextmanager

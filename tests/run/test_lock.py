@@ -11,9 +11,9 @@ import pytest
 
 from ragen import config
 from ragen.cli import main
-from ragen.monitor.jsonl import RunDirError
-from ragen.monitor.rundir import RunDir, create_run_dir
-from ragen.monitor.runlock import hold
+from ragen.run.jsonl import RunDirError
+from ragen.run.lock import hold
+from ragen.run.rundir import RunDir, create_run_dir
 
 TINY = [
     "model.spec=tiny",
@@ -27,8 +27,8 @@ TINY = [
 HOLDER = """
 import sys, time
 from pathlib import Path
-from ragen.monitor.rundir import RunDir
-from ragen.monitor.runlock import hold
+from ragen.run.rundir import RunDir
+from ragen.run.lock import hold
 with hold(RunDir(Path(sys.argv[1]))), hold(RunDir(Path(sys.argv[2]))):
     print("held", flush=True)
     time.sleep(600)
@@ -70,9 +70,9 @@ def test_a_second_writer_is_refused_and_a_killed_holders_lock_is_taken_over(tmp_
 LIMITED_HOLD = """
 import resource, signal, sys
 from pathlib import Path
-from ragen.monitor.jsonl import RunDirError
-from ragen.monitor.rundir import RunDir
-from ragen.monitor.runlock import hold
+from ragen.run.jsonl import RunDirError
+from ragen.run.rundir import RunDir
+from ragen.run.lock import hold
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10))
 try:

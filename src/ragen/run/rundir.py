@@ -30,10 +30,14 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from ragen.config import PRESET_SUFFIX, Config, to_yaml
-from ragen.monitor.jsonl import RunDirError, write_atomic
+from ragen.run.jsonl import RunDirError, write_atomic
 
 BEFORE_TRAINING = -1
 """The step of an evaluation made before the first update (``trainer.eval_before``)."""
+
+SEED_SUCCESSES = "seed_successes"
+"""The eval.jsonl key of an evaluation's levels' successes: a list, one count in [0, k] a seed
+(read level by level in ragen.report.paired)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class RunDir:
 
     @property
     def lock(self) -> Path:
-        """The writer lock (see runlock.py)."""
+        """The writer lock (see lock.py)."""
         return self.root / ".lock"
 
     def trajectory_file(self, step: int) -> Path:

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
-SEED_SUCCESSES = "seed_successes"
-"""The evaluation summary's key of its levels' successes: a list, one count in [0, k] a seed."""
+from ragen.run.rundir import SEED_SUCCESSES
 
 
 def _count(value: object) -> TypeGuard[int]:

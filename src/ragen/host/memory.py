@@ -3,18 +3,16 @@ heap back.
 
 The generator plans its decode batch and the caches it keeps between turns from the whole
 memory (``total_memory``), so one machine sizes them alike on every run, and cuts them to
-what is free where too little is (see ``generator.memory_fit``); on this CPU a
-bigger batch decodes faster (``benchmarks/generator.py``, 32 rows of ~900 tokens: batch 25
-took 124 s where batch 10 took 175). Two things hide free memory that is really there:
+what is free where too little is (see ``generator.memory_fit``); on a CPU a bigger batch
+decodes faster. Two things hide free memory that is really there:
 
 - the page cache: ``MemFree`` leaves out file pages the kernel drops on demand (gigabytes
   after a run has read a model and written trajectories); ``MemAvailable`` counts them;
 - glibc's heap: freed activations and KV caches stay in the process (the heap shrinks only
-  from its top). Measured after one FrozenLake training step: RSS 14.6 GiB, of which
-  ``malloc_trim`` returned 11.2 GiB in 1.2 s, and the batch sized for 900-token rows went from
-  10 (MemFree, untrimmed) to 42 (MemAvailable, trimmed). Untrimmed, a trained model's
-  256-seed evaluation took 19.3 minutes against the base model's 13.5, on the same turns and
-  reply lengths.
+  from its top), so after a training step most of the process's memory can be free heap
+  that no other allocation sees. ``trim_heap`` (glibc's ``malloc_trim``) returns it; the
+  trainer and the evaluator call it after each update and evaluation, so the next decode
+  batch is sized from the memory that is really there.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ragen.monitor.jsonl import append_jsonl
-from ragen.monitor.rundir import RunDir
+from ragen.run.jsonl import append_jsonl
+from ragen.run.rundir import RunDir
 
 
 class MetricsLogger:
@@ -29,6 +29,7 @@ class MetricsLogger:
         self._tb = None
         self._wandb = None
         if tensorboard:
+            # TensorBoard's writer loads only for runs that log to it (a heavy import)
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(run.tensorboard))
