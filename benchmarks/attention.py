@@ -1,7 +1,7 @@
 """One decode step's attention in one layer of the embedded model: transformers' SDPA paths
 against ragen's decode attention, at the shapes rollouts and evaluations decode.
 
-    python benchmarks/attention.py [--shapes 20x1323 32x1000 64x900] [--shared 64 128 256 734]
+    python -m benchmarks.attention [--shapes 20x1323 32x1000 64x900] [--shared 64 128 256 734]
         [--threads 1 2] [--dtype bfloat16] [--out benchmarks/results/attention.json]
 
 A shape RxK is R rows, each with K keys in the layer's cache (a view into a buffer with room
@@ -39,7 +39,7 @@ from types import SimpleNamespace
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from measure import copy_bandwidth, machine, write_summary
+from benchmarks.measure import copy_bandwidth, machine, write_summary
 from ragen.rollout.attention import PREFIX_KEYWORD, decode_attention
 
 ROOT = Path(__file__).parent.parent
@@ -166,7 +166,7 @@ def main() -> None:
                 flush=True,
             )
     summary = {
-        "command": "python benchmarks/attention.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.attention " + " ".join(sys.argv[1:]),
         "machine": machine(dtype),
         "heads": {"query": HEADS, "key_value": KV_HEADS, "dim": HEAD_DIM},
         "cells": cells,

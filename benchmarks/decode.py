@@ -1,7 +1,7 @@
 """Decoding speed: ragen's default generator against llama.cpp on the same model and work.
 
     make llama-cpp     # once: llama.cpp's llama-batched-bench built from source in .bench/
-    python benchmarks/decode.py [--batches 1 8 32] [--threads 1 2] [--prompt 300] [--reply 64]
+    python -m benchmarks.decode [--batches 1 8 32] [--threads 1 2] [--prompt 300] [--reply 64]
         [--repeats 2] [--out benchmarks/results/decode.json]
 
 The work, the same for both engines: one prompt of ``--prompt`` tokens shared by a batch of B
@@ -41,7 +41,14 @@ from pathlib import Path
 
 import torch
 
-from measure import copy_bandwidth, flops, machine, matmul_peak, model_shape, positions_sum
+from benchmarks.measure import (
+    copy_bandwidth,
+    flops,
+    machine,
+    matmul_peak,
+    model_shape,
+    positions_sum,
+)
 from ragen import models
 from ragen.rollout import attention
 from ragen.rollout.generator import CachedGenerator, Request, Stopper
@@ -232,7 +239,7 @@ def _write(args, cells: list[dict], model) -> None:
     if bf16:
         print(f"ragen bfloat16 / llama.cpp bfloat16: {min(bf16):.2f}x to {max(bf16):.2f}x")
     summary = {
-        "command": "python benchmarks/decode.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.decode " + " ".join(sys.argv[1:]),
         "workload": {"prompt_tokens": args.prompt, "reply_tokens": args.reply,
                      "prompt_shared": True, "repeats": args.repeats, "statistic": "median"},
         "machine": machine(torch.float32),

@@ -1,6 +1,6 @@
 """Environment throughput: levels generated and steps taken per second, against references.
 
-    python benchmarks/envs.py [--seconds 2] [--out benchmarks/results/envs.json]
+    python -m benchmarks.envs [--seconds 2] [--out benchmarks/results/envs.json]
 
 For every registered name: levels/s (`reset(seed)` on fresh seeds, generation included) and
 steps/s (random valid actions, text observation included; resets are not timed). In the
@@ -44,7 +44,7 @@ from ragen.envs.sokoban import Room, generate_room, solve
 GYM_SOKOBAN_INSTALL = (
     "python3 -m venv .venv-bench && .venv-bench/bin/pip install numpy 'gymnasium>=1.0' && "
     ".venv-bench/bin/pip install --no-deps gym-sokoban==0.0.6 && "
-    ".venv-bench/bin/pip install --no-deps -e . && .venv-bench/bin/python benchmarks/envs.py"
+    ".venv-bench/bin/pip install --no-deps -e . && .venv-bench/bin/python -m benchmarks.envs"
 )
 SOKOBAN_SIZES = ((6, 6, 1), (8, 8, 2))  # (height, width, boxes): sokoban, sokoban-large
 GOAL_SOKOBAN_RATIO = 10.0  # ours at least 10× gym-sokoban's rooms/s
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
         },
         "command": " ".join(
-            ["python benchmarks/envs.py", *(sys.argv[1:] if argv is None else argv)]
+            ["python -m benchmarks.envs", *(sys.argv[1:] if argv is None else argv)]
         ),
         "seconds_per_measurement": args.seconds,
         "envs": {row.pop("env"): row for row in per_env},

@@ -1,6 +1,6 @@
 """Generation backends on a Sokoban-shaped multi-turn workload: the cached path against naive.
 
-    python benchmarks/generator.py [--groups 4] [--copies 8] [--turns 5] [--prompt-tokens 250]
+    python -m benchmarks.generator [--groups 4] [--copies 8] [--turns 5] [--prompt-tokens 250]
         [--env-tokens 60] [--max-new-tokens 64] [--out benchmarks/results/generator.json]
 
 P groups × N copies of the embedded model's chat dialogues (the copies of a group share

@@ -1,6 +1,6 @@
 """Where an update's time goes, op by op: one real PPO update under ``torch.profiler``.
 
-    python benchmarks/profile_update.py [--preset sokoban] [--set KEY=VALUE ...]
+    python -m benchmarks.profile_update [--preset sokoban] [--set KEY=VALUE ...]
         [--threads 2] [--top 25] [--by-shape] [--out benchmarks/results/profile_update.json]
 
 The batch is real: the Trainer's own stages collect one rollout of the preset with the
@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from measure import matmul_peak, model_shape, write_summary
-from update import collected
+from benchmarks.measure import matmul_peak, model_shape, write_summary
+from benchmarks.update import collected
 
 KINDS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn", "onednn"),
@@ -177,7 +177,7 @@ def main() -> None:
     write_summary(
         args.out,
         {
-            "command": "python benchmarks/profile_update.py --preset "
+            "command": "python -m benchmarks.profile_update --preset "
             + args.preset
             + f" --threads {args.threads}"
             + (" --by-shape" if args.by_shape else "")

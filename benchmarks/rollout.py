@@ -1,6 +1,6 @@
 """Rollout speed on real Sokoban episodes: the fast generator against the naive reference.
 
-    python benchmarks/rollout.py [--groups 4] [--copies 8] [--turns 5] [--max-reply-tokens 64]
+    python -m benchmarks.rollout [--groups 4] [--copies 8] [--turns 5] [--max-reply-tokens 64]
         [--demos 0] [--reference naive|hf-unshared]
         [--threads N] [--device cpu|cuda] [--dtype auto] [--backend vllm-cpu]
         [--out benchmarks/results/rollout.json]
@@ -168,7 +168,7 @@ def main() -> None:
         f"same episodes {same}/{len(episodes[fast])}"
     )
     report = {
-        "command": "python benchmarks/rollout.py "
+        "command": "python -m benchmarks.rollout "
         + " ".join(
             f"--{k.replace('_', '-')} {v}"
             for k, v in vars(args).items()

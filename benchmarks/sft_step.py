@@ -1,6 +1,6 @@
 """Steps of `ragen sft`, the current path against the old one, with their share of the peak.
 
-    python benchmarks/sft_step.py [--preset sokoban] [--steps 2] [--threads N]
+    python -m benchmarks.sft_step [--preset sokoban] [--steps 2] [--threads N]
         [--set KEY=VALUE ...] [--out benchmarks/results/sft_step.json]
 
 Each path builds a fresh ``SftTrainer`` from the preset with the embedded model and runs
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from measure import (
+from benchmarks.measure import (
     add_counts,
     chunk_counts,
     flops,
@@ -167,7 +167,7 @@ def main() -> None:
         f"{torch.get_num_threads()} threads; update {speedup:.2f}x faster; "
         f"losses old {old['losses']} new {new['losses']}"
     )
-    words = ["python benchmarks/sft_step.py", f"--preset {args.preset}", f"--steps {args.steps}"]
+    words = ["python -m benchmarks.sft_step", f"--preset {args.preset}", f"--steps {args.steps}"]
     words += [f"--threads {args.threads}"] if args.threads else []
     words += [f"--set {s}" for s in args.set] + [f"--out {args.out}"]
     report = {

@@ -1,6 +1,6 @@
 """Decoding over a prefix every row shares: held once per batch against copied into every row.
 
-    python benchmarks/shared_prefix.py [--batches 8 32 64] [--prefix 820] [--own 150]
+    python -m benchmarks.shared_prefix [--batches 8 32 64] [--prefix 820] [--own 150]
         [--reply 96] [--threads 2] [--repeats 2] [--out benchmarks/results/shared_prefix.json]
 
 The work of a rollout turn in the Sokoban preset: B rows that start with the same ``--prefix``
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from measure import machine, write_summary
+from benchmarks.measure import machine, write_summary
 from ragen import models, phases
 from ragen.rollout.attention import use_decode_attention
 from ragen.rollout.generator import CachedGenerator, Request, Stopper
@@ -101,7 +101,7 @@ def main() -> None:
         )
     dtype = next(model.parameters()).dtype
     summary = {
-        "command": "python benchmarks/shared_prefix.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.shared_prefix " + " ".join(sys.argv[1:]),
         "machine": machine(dtype),
         "work": {"prefix": args.prefix, "own": args.own, "reply": args.reply},
         "threads": args.threads,

@@ -1,6 +1,6 @@
 """Whole training steps of a preset, timed phase by phase: the current path against the old one.
 
-    python benchmarks/step.py [--preset sokoban] [--steps 1] [--threads N] [--repeats 1]
+    python -m benchmarks.step [--preset sokoban] [--steps 1] [--threads N] [--repeats 1]
         [--set KEY=VALUE ...] [--old-set KEY=VALUE ...] [--out benchmarks/results/step.json]
 
 Each path builds a fresh Trainer from the preset with the embedded model and runs ``--steps``
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from measure import (
+from benchmarks.measure import (
     add_counts,
     chunk_counts,
     copy_bandwidth,
@@ -325,7 +325,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    words = ["python benchmarks/step.py", f"--preset {args.preset}", f"--steps {args.steps}"]
+    words = ["python -m benchmarks.step", f"--preset {args.preset}", f"--steps {args.steps}"]
     words += [f"--repeats {args.repeats}"] if args.repeats != 1 else []
     words += [f"--threads {args.threads}"] if args.threads else []
     words += [f"--set {s}" for s in args.set] + [f"--old-set {s}" for s in args.old_set]

@@ -1,6 +1,6 @@
 """Threads that follow the machine: a run beside another job, with and without the follower.
 
-    python benchmarks/threads.py [--steps 6] [--switch-after 2]
+    python -m benchmarks.threads [--steps 6] [--switch-after 2]
         [--out benchmarks/results/threads.json]
 
 Each case is one `ragen train bandit` run (the preset, ``--steps`` steps, no evaluation),
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from measure import machine, write_summary
+from benchmarks.measure import machine, write_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 SPIN = "while True: pass"
@@ -129,7 +129,7 @@ def main() -> None:
     write_summary(
         args.out,
         {
-            "command": "python benchmarks/threads.py " + " ".join(sys.argv[1:]),
+            "command": "python -m benchmarks.threads " + " ".join(sys.argv[1:]),
             "machine": machine(torch.float32),
             "steps": args.steps,
             "switch_after": args.switch_after,

@@ -1,6 +1,6 @@
 """One PPO update step (policy + critic) on the embedded model, as model-FLOPs utilisation.
 
-    python benchmarks/update.py [--preset bandit] [--set KEY=VALUE ...] [--repeats 1]
+    python -m benchmarks.update [--preset bandit] [--set KEY=VALUE ...] [--repeats 1]
         [--ref-micro-batch 2] [--threads 1] [--out benchmarks/results/update.json]
 
 The batch is real: the Trainer's own stages collect one rollout of the preset (Bandit: 8
@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import (
+from benchmarks.measure import (
     add_counts,
     chunk_counts,
     critic_share,
@@ -390,7 +390,7 @@ def main() -> None:
     update_dtype = models.resolve_dtype(cfg.trainer.update_dtype)
     print_table(rows, speedup, peak, peak_dtype(update_dtype))
     report = {
-        "command": "python benchmarks/update.py "
+        "command": "python -m benchmarks.update "
         + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "set")
         )

@@ -1,6 +1,6 @@
 """Viewer responsiveness on a large step: how long the step view's requests take.
 
-    python benchmarks/viewer.py [--episodes 10000] [--out benchmarks/results/viewer.json]
+    python -m benchmarks.viewer [--episodes 10000] [--out benchmarks/results/viewer.json]
 
 Writes one trajectories file of ``--episodes`` Sokoban episodes (real levels from
 ``ragen.envs``, 3 turns each, replies of random words about as long as a 96-token reply) into
@@ -130,7 +130,7 @@ def main() -> None:
     for name, seconds in results.items():
         print(f"{name:<14} {seconds * 1000:>8.1f}")
     report = {
-        "command": f"python benchmarks/viewer.py --episodes {args.episodes} --repeat {args.repeat}",
+        "command": f"python -m benchmarks.viewer --episodes {args.episodes} --repeat {args.repeat}",
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "episodes": args.episodes,
         "file_mb": round(size_mb, 1),

@@ -1,7 +1,7 @@
 """TRL's GRPOTrainer against ragen's GRPO: single-turn Bandit, the embedded model, one run.
 
     make bench-trl                      # builds .venv-trl (TRL, pinned), then runs:
-    .venv/bin/python benchmarks/vs_trl.py [--steps 5] [--trl-prompts chat ragen]
+    .venv/bin/python -m benchmarks.vs_trl [--steps 5] [--trl-prompts chat ragen]
         [--ragen-prompt-steps 2] [--threads 1] [--out benchmarks/results/vs_trl.json]
 
 Both sides train SmolLM2-135M-Instruct (the folder ``ragen.models.prepare`` converts) for
@@ -418,7 +418,7 @@ def command_line(args) -> str:
     parts.append("--trl-prompts " + " ".join(args.trl_prompts))
     parts.append(f"--ragen-prompt-steps {args.ragen_prompt_steps}")
     parts += [f"--ragen-set {s}" for s in args.ragen_set]
-    return "python benchmarks/vs_trl.py " + " ".join(parts)
+    return "python -m benchmarks.vs_trl " + " ".join(parts)
 
 
 def main() -> None:

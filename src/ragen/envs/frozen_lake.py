@@ -11,7 +11,7 @@ Maps use gymnasium's letters internally (S start, F frozen, H hole, G goal) so t
 handed to gymnasium unchanged. The start is the top-left corner and the goal the
 bottom-right one, as gymnasium draws them; with ``random_ends`` both sit on random distinct
 cells, as RAGEN's own lakes do (which puts many goals a few steps away: within 10 actions
-the best policy reaches them far more often, see benchmarks/lake_ceiling.py). With
+the best policy reaches them far more often, see experiments/lake_ceiling.py). With
 ``positions`` a line under the lake gives the row and column of the player, the goal and
 each hole, so that a model need not count cells to place them; with ``offsets`` a line says
 where the goal and the holes beside the player lie from it, so that it need not subtract
@@ -272,7 +272,7 @@ def goal_sentence(
 def toward_goal(goal: int, cell: int, size: int) -> str:
     """The action from ``cell`` toward ``goal`` (cells of a lake ``size`` wide) along the
     larger offset, vertical on a tie, whatever the holes: the simplest policy that reads the
-    lake (`benchmarks/lake_ceiling.py` scores it)."""
+    lake (`experiments/lake_ceiling.py` scores it)."""
     (row, col), (goal_row, goal_col) = divmod(cell, size), divmod(goal, size)
     if abs(goal_row - row) >= abs(goal_col - col):
         return "Down" if goal_row > row else "Up"

@@ -4,7 +4,7 @@ When a decode step's rows all have the same length, transformers passes no mask 
 ``scaled_dot_product_attention`` for ``enable_gqa``; with a mask it folds each key/value
 head's query heads into one row of queries instead (its ``pack_gqa``). On the CPU the
 first is several times slower than the second on the same cache in bf16 (SmolLM2-135M: 9
-query heads over 3 key/value heads; ``python benchmarks/attention.py`` measures both; in
+query heads over 3 key/value heads; ``python -m benchmarks.attention`` measures both; in
 float32 the two were level in ``benchmarks/decode.py``). Spaced grids give
 every level's first prompt the same number of tokens, so whole turns of rollouts and
 evaluations decoded on the slow kernel. :data:`NAME` is transformers' own SDPA attention

@@ -99,7 +99,7 @@ RUNS = {
         "report": "docs/learn-sokoban",
         "run": "learn-sokoban-s16",
         "preset": "sokoban",
-        "command": "python benchmarks/learn.py sokoban env.eval_names=[sokoban] "
+        "command": "python -m experiments.learn sokoban env.eval_names=[sokoban] "
         "trainer.eval_every=0 trainer.save_every=0 --minutes 50 --eval-n 256 --temperature 0.5",
         "what": "StarPO-S, PPO with a critic at lr 1e-5: rollout success 3%, 3%, 9%, 0%, 9%, "
         "12.5% (noise), format kept, 256-seed evaluation 11.7% -> 8.6% (within 1.2 standard "
@@ -121,7 +121,7 @@ RUNS = {
         "report": "docs/learn-frozen-lake",
         "run": "learn-frozen-lake-s17b",
         "preset": "frozen-lake",
-        "command": "python benchmarks/learn.py frozen-lake env.eval_names=[frozen-lake] "
+        "command": "python -m experiments.learn frozen-lake env.eval_names=[frozen-lake] "
         "trainer.eval_every=0 trainer.save_every=0 --minutes 40 --eval-n 256 --temperature 0.5",
         "what": "StarPO-S, PPO with a critic at lr 1e-5: rollouts at T=1 never reached the "
         "goal (0 of 32 at every step), entropy 2.0 -> 2.9, 256-seed evaluation 5.08% -> "

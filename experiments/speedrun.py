@@ -1,0 +1,458 @@
+"""Minutes until the policy is good: a whole recipe, from the embedded model, inside a budget.
+
+    python -m experiments.speedrun PRESET [--budget 20] [--warmup 0] [--seeds 3] [--name NAME]
+        [--test-n 256] [--dev-n 64] [--dev-every 0] [--out runs/speedrun-NAME] [overrides ...]
+
+For each training seed 0..K-1 the recipe runs as a user would run it, nothing trained on disk
+beforehand: ``ragen sft PRESET`` for up to ``--warmup`` minutes (the warm-up; none when 0),
+then ``ragen train PRESET`` from its last checkpoint for the rest of ``--budget`` minutes,
+both with the ``overrides`` (the recipe) and ``trainer.seed`` set to the seed; a stage also
+ends at its ``sft.steps`` or ``trainer.steps``. The clock is
+the wall time of those two commands, process start, model load and their dev evaluations
+included; a stage stops when another step at its pace so far would end past the budget
+(``trainer.max_minutes``). The budget is fixed before the run: a run is never extended.
+
+Evaluations follow the seed splits (``trainer.eval_split``): during the run only ``dev``
+(``--dev-n`` seeds at the recipe's eval temperature, after the warm-up and every
+``--dev-every`` RL steps and after the last; the curve of success against minutes); after
+the clock stops, the final policy on ``--test-n`` ``test`` seeds at T=0.5 and greedily
+(``ragen eval --split test``), beside the embedded model's own test figure (once, before
+any training) and the floors a state-blind or one-line policy reaches on the same test
+seeds (FrozenLake: uniform play, the move toward the goal, the careful rule and the optimum
+for the recipe's turns; Sokoban: the best blind move sequence). Each run's test success is
+given with its own standard error; the seeds' mean with the sd across seeds.
+
+Writes ``experiments/results/speedrun_NAME.json`` (recipe, commands, machine: CPU model and
+flags, threads, a bf16 reference matmul measured in the same run so minutes from another
+machine can be scaled; per seed the minutes of each stage, the dev curve, the test figures,
+the share of test episodes the most frequent action sequence took) and
+``docs/speedrun/NAME.png`` (dev success against minutes, the test figures at the end, the
+floors and the target). NAME defaults to PRESET. Each seed's record is written into its run
+folder as it lands; a rerun with the same ``--out`` keeps finished seeds, and a seed whose
+folder exists without a record (a killed run) is moved aside and reported as killed, then
+run again from nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from benchmarks.measure import cpu_flags, cpu_model, gemm_gflops
+from experiments import blind_play, lake_ceiling
+from ragen import config, envs
+from ragen.envs.experts import careful_move, goal_probabilities, policy_success
+from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
+from ragen.run.jsonl import read_jsonl, write_atomic
+from ragen.train.evaluator import eval_seeds
+
+RESULTS = Path(__file__).parent / "results"
+DOCS = Path(__file__).parent.parent / "docs" / "speedrun"
+RAGEN = Path(sys.executable).parent / "ragen"  # the console script: the cwd is not imported
+RECORD = "speedrun.json"  # a finished seed's record, in its run folder
+MIN_STAGE_MINUTES = 1.0  # an RL stage left less training time than this is not started
+STARTUP_MINUTES = 0.25  # a stage's process start and model load, before its trainer's clock
+TEST_TEMPERATURES = {"t0.5": 0.5, "greedy": 0.0}  # the final figure's, and greedy beside it
+TARGETS = {"frozen-lake": 0.45, "sokoban": 0.35, "bandit": 1.0}  # issue 49's test targets
+
+
+def run(command: list[str], log: Path) -> float:
+    """Run a ragen command with its output appended to ``log``; its wall seconds. Raises
+    SystemExit with the log's tail when it fails."""
+    started = time.perf_counter()
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"$ {' '.join(command)}\n")
+        out.flush()
+        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+    if code:
+        tail = log.read_text(encoding="utf-8", errors="replace")[-2000:]
+        raise SystemExit(f"{' '.join(command)} exited with {code}; the end of {log}:\n{tail}")
+    return time.perf_counter() - started
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    """The newest checkpoint folder of a run."""
+    found = sorted((run_dir / "checkpoints").glob("step_*"))
+    if not found:
+        raise SystemExit(f"{run_dir} saved no checkpoint")
+    return found[-1]
+
+
+def evaluations(run_dir: Path) -> list[dict]:
+    """The evaluation summaries a run wrote, in order."""
+    path = run_dir / "eval.jsonl"
+    return read_jsonl(path).records
+
+
+def step_minutes(run_dir: Path, since: float) -> dict[int, float]:
+    """Minutes from the wall time ``since`` to the logging of each step of a run (its
+    metrics line, written after the step's evaluation)."""
+    rows = read_jsonl(run_dir / "metrics.jsonl").records
+    return {int(row["step"]): (float(row["time"]) - since) / 60 for row in rows}
+
+
+def dev_points(stage: str, run_dir: Path, ends: dict[int, float]) -> list[dict]:
+    """The curve's points of a stage: each dev evaluation at the minute its step ended."""
+    return [
+        {
+            "stage": stage,
+            "step": row["step"],
+            "success": row["success"],
+            "minutes": ends[row["step"]],
+            "eval_minutes": row["seconds"] / 60,
+        }
+        for row in evaluations(run_dir)
+        if row["step"] in ends
+    ]
+
+
+def rate_and_error(summary: dict) -> dict:
+    """A test summary's success with its standard error over its seeds (per-seed success
+    rates: the k tries of a seed are not independent draws of the level)."""
+    p, n = summary["success"], summary["seeds"]
+    return {
+        "success": p,
+        "se": math.sqrt(max(p * (1 - p), 0.0) / n) if n else None,
+        "seeds": n,
+        "format_ok": summary["format_ok"],
+        "one_sequence_share": summary["action_template_share"],
+        "template": summary.get("action_template"),
+    }
+
+
+def lake_agreement(episodes_file: Path, options: dict) -> dict:
+    """The share of a FrozenLake evaluation's moves that equal the careful rule's and the
+    toward rule's from the cell each was made on: each episode replayed from its seed, whose
+    slip stream makes every move land where it landed. What the policy reads of the lake,
+    beside the share of episodes one action sequence took."""
+    env = envs.make("frozen-lake", **options)
+    same = {"careful": 0, "toward": 0}
+    moves = 0
+    for episode in read_jsonl(episodes_file).records:
+        env.reset(int(episode["seed"]))
+        table, goal = transition_table(env.rows, env.slippery), "".join(env.rows).index("G")
+        for action in (a for turn in episode["turns"] for a in turn["actions"]):
+            same["careful"] += action == careful_move(env.rows, table, env.state)
+            same["toward"] += action == toward_goal(goal, env.state, len(env.rows))
+            moves += 1
+            if env.step(action).terminated:
+                break
+    return {who: count / moves if moves else None for who, count in same.items()}
+
+
+def evaluate(
+    args: argparse.Namespace,
+    model: str | None,
+    seed: int,
+    where: tuple[str, int, float],
+    out: Path,
+    log: Path,
+) -> tuple[dict, float]:
+    """``ragen eval`` of ``model`` (None: the recipe's own ``model.spec``) on ``where`` =
+    (split, seeds, temperature), into ``out``: its summary and the wall seconds it took."""
+    split, n, temperature = where
+    chosen = ["--model", model] if model is not None else []
+    command = [
+        str(RAGEN), "eval", "--env", args.env_name, "--preset", args.preset, *chosen,
+        "--split", split, "--n", str(n), "--temperature", f"{temperature:g}",
+        "--out", str(out), *args.overrides,
+        f"trainer.seed={seed}", f"trainer.threads={args.threads}",
+    ]  # fmt: skip
+    seconds = run(command, log)
+    return evaluations(out)[-1], seconds
+
+
+def one_seed(args: argparse.Namespace, seed: int, folder: Path) -> dict:
+    """The recipe trained with training seed ``seed`` in ``folder``, then tested."""
+    folder.mkdir(parents=True)
+    log = folder / "speedrun.log"
+    common = [*args.overrides, f"trainer.seed={seed}", f"trainer.threads={args.threads}"]
+    dev = ["trainer.eval_split=dev", f"trainer.eval_episodes={args.dev_n}"]
+    budget_s, stages, curve = 60 * args.budget, {}, []
+    model = None  # the recipe's own model.spec until a stage saves one
+    clock, since = time.perf_counter(), time.time()
+    if args.warmup > 0:
+        sft = folder / "sft"
+        minutes = min(args.warmup, args.budget) - STARTUP_MINUTES - args.dev_eval_minutes
+        minutes = max(minutes, 0.1)
+        seconds = run(
+            [str(RAGEN), "sft", args.preset, *common, *dev, f"trainer.max_minutes={minutes:g}",
+             "sft.eval_every=0", "trainer.save_every=0", "--out", str(sft)],
+            log,
+        )  # fmt: skip
+        ends = step_minutes(sft, since)
+        stages["sft"] = {"minutes": seconds / 60, "steps": len(ends)}
+        curve += dev_points("sft", sft, ends)
+        model = str(last_checkpoint(sft))
+    left = (budget_s - (time.perf_counter() - clock)) / 60
+    minutes = left - STARTUP_MINUTES - args.dev_eval_minutes  # the RL stage's own budget
+    if minutes >= MIN_STAGE_MINUTES:
+        rl = folder / "rl"
+        every = args.dev_every or config.MAX_STEPS  # 0: only after the last step
+        command = [
+            str(RAGEN), "train", args.preset, *common, *dev,
+            *([f"model.spec={json.dumps(model)}"] if model else []),
+            f"trainer.max_minutes={minutes:.3f}", f"trainer.eval_every={every}",
+            "trainer.save_every=0", "--out", str(rl),
+        ]  # fmt: skip
+        seconds = run(command, log)
+        ends = step_minutes(rl, since)
+        stages["rl"] = {"minutes": seconds / 60, "steps": len(ends)}
+        curve += dev_points("rl", rl, ends)
+        model = str(last_checkpoint(rl))
+    trained = (time.perf_counter() - clock) / 60
+    record = {
+        "training_seed": seed,
+        "minutes": trained,
+        "within_budget": trained <= args.budget,
+        "stages": stages,
+        "dev_curve": curve,
+        "final_model": model,
+        "test": {},
+        "test_minutes": {},
+    }
+    for name, temperature in TEST_TEMPERATURES.items():
+        where = ("test", args.test_n, temperature)
+        summary, seconds = evaluate(args, model, seed, where, folder / f"test-{name}", log)
+        record["test"][name] = rate_and_error(summary)
+        record["test_minutes"][name] = seconds / 60
+    write_atomic(folder / RECORD, json.dumps(record, indent=2) + "\n")
+    return record
+
+
+# ------------------------------------------------------------------------------ floors
+
+
+def lake_floors(options: dict, turns: int, per_turn: int, n: int) -> dict:
+    """Success of state-blind and one-line policies on the ``n`` FrozenLake test lakes, each
+    turn's ``per_turn`` actions chosen at the turn's start and played blind (exact); beside
+    them the optimum for the recipe's turns and for ``turns × per_turn`` actions each seen."""
+    env = envs.make("frozen-lake", **options)
+    budget = turns * per_turn
+    uniform = optimum = 0.0
+    for seed in eval_seeds(n, "test"):
+        env.reset(seed)
+        table = transition_table(env.rows, env.slippery)
+        every = [[1.0 / len(ACTIONS)] * len(ACTIONS)] * len(table)
+        uniform += policy_success(table, every, budget)[budget][env.state] / n
+        optimum += goal_probabilities(table, budget)[budget][env.state] / n
+    play = lake_ceiling.expert_play("frozen-lake", n, turns, per_turn, options, "test")
+    return {"uniform": uniform, **play, "optimal_per_action": optimum}
+
+
+def floors(cfg: config.Config, n: int) -> dict:
+    """The floors of the recipe's game on the test seeds: FrozenLake's one-line policies,
+    Sokoban's best state-blind sequence of repeated-move turns; none for other games."""
+    r = cfg.rollout
+    if cfg.env.name == "frozen-lake":
+        return lake_floors(dict(cfg.env.options), r.max_turns, r.max_actions_per_turn, n)
+    if cfg.env.name == "sokoban":
+        rooms = blind_play.levels(n, "test", dict(cfg.env.options))
+        _, best = blind_play.best_repeated(rooms, r.max_turns, r.max_actions_per_turn)
+        return {"best_blind_sequence": best}
+    return {}
+
+
+# ------------------------------------------------------------------------------ output
+
+
+def machine() -> dict:
+    """The machine, with a reference figure measured now: the best bf16 GFLOP/s of a
+    2048³ matmul at the run's thread count."""
+    return {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "reference_bf16_gflops": gemm_gflops(torch.bfloat16, 2048, 2048, 2048, 4.0),
+    }
+
+
+def aggregate(records: list[dict], target: float | None) -> dict:
+    """Mean and sd across seeds of each test figure, minutes, and whether the target fell."""
+    out: dict = {"seeds": len(records)}
+    for name in ("t0.5", "greedy"):
+        values = [r["test"][name]["success"] for r in records]
+        out[name] = {
+            "mean": statistics.fmean(values),
+            "sd": statistics.stdev(values) if len(values) > 1 else None,
+            "per_seed": values,
+            "per_seed_se": [r["test"][name]["se"] for r in records],
+        }
+    out["minutes_mean"] = statistics.fmean(r["minutes"] for r in records)
+    if target is not None:
+        out["target"] = target
+        out["reached"] = out["t0.5"]["mean"] >= target
+    return out
+
+
+def plot(result: dict, path: Path) -> None:
+    """Dev success against minutes per seed, the test figures at the end, floors, target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    before = result["before"]["dev"]
+    for record in result["runs"]:
+        xs = [0.0] + [p["minutes"] for p in record["dev_curve"]]
+        ys = [before] + [p["success"] for p in record["dev_curve"]]
+        line = ax.plot(xs, ys, marker="o", label=f"seed {record['training_seed']} (dev)")[0]
+        test = record["test"]["t0.5"]
+        ax.errorbar(
+            record["minutes"], test["success"], yerr=test["se"], fmt="s",
+            color=line.get_color(), capsize=3,
+        )  # fmt: skip
+    for name, value in result["floors"].items():
+        ax.axhline(value, linestyle=":", linewidth=1, color="grey")
+        ax.text(0, value, f" {name}", fontsize=7, va="bottom", color="grey")
+    if result.get("target") is not None:
+        ax.axhline(result["target"], linestyle="--", color="black", linewidth=1)
+        ax.axvline(result["budget_minutes"], linestyle="--", color="black", linewidth=1)
+    ax.set_xlabel("minutes (warm-up and RL, dev evaluations included)")
+    ax.set_ylabel("success (dev: circles, test T=0.5: squares ± SE)")
+    ax.set_title(f"speedrun {result['name']}")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def set_aside(folder: Path) -> Path:
+    """Move a killed seed's folder aside (``seed-N.killed-K``) and return where it went."""
+    k = 1
+    while (aside := folder.with_name(f"{folder.name}.killed-{k}")).exists():
+        k += 1
+    folder.rename(aside)
+    return aside
+
+
+def killed_record(folder: Path) -> dict:
+    """What a killed seed's folder shows: its stages' steps and how far it got."""
+    stages = {}
+    for stage in ("sft", "rl"):
+        rows = read_jsonl(folder / stage / "metrics.jsonl").records
+        if rows:
+            stages[stage] = {"steps": len(rows), "last_step": rows[-1]["step"]}
+    return {"folder": str(folder), "stages": stages}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("preset", help="the preset the recipe starts from (frozen-lake, sokoban, …)")
+    p.add_argument("--budget", type=float, default=20.0, help="wall-clock minutes, fixed")
+    p.add_argument("--warmup", type=float, default=0.0, help="minutes of `ragen sft` first")
+    p.add_argument("--seeds", type=int, default=3, help="training seeds 0..K-1")
+    p.add_argument("--name", help="result name (default: the preset)")
+    p.add_argument("--test-n", type=int, default=256, help="test seeds of the final figure")
+    p.add_argument("--dev-n", type=int, default=64, help="dev seeds of the curve's points")
+    p.add_argument("--dev-every", type=int, default=0, help="RL steps between dev points")
+    p.add_argument("--threads", type=int, default=2, help="torch threads, pinned")
+    p.add_argument("--out", help="runs folder (default: runs/speedrun-NAME)")
+    p.add_argument("overrides", nargs="*", help="the recipe: dotted overrides of the preset")
+    args = p.parse_intermixed_args(argv)  # options may follow the preset
+    args.name = args.name or args.preset
+    if not args.name.replace("-", "").replace("_", "").isalnum():
+        p.error(f"--name {args.name!r}: letters, digits, - and _ only")
+    if args.budget <= 0 or args.seeds < 1 or args.warmup < 0:
+        p.error("--budget must be > 0, --seeds >= 1, --warmup >= 0")
+    args.out = Path(args.out or f"runs/speedrun-{args.name}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    try:  # a bad recipe is refused before any run
+        cfg = config.load(args.preset, args.overrides)
+    except config.ConfigError as err:
+        raise SystemExit(f"the recipe is refused: {err}") from None
+    args.env_name, args.env_options = cfg.env.name, dict(cfg.env.options)
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"speedrun {args.name}: {args.budget:g} min budget, {args.seeds} seeds -> {args.out}")
+    info = machine()
+    before_folder = args.out / "before"
+    before_folder.mkdir(exist_ok=True)
+    log = args.out / "speedrun.log"
+    for split, n in (("test", args.test_n), ("dev", args.dev_n)):
+        if not (before_folder / split / "eval.jsonl").exists():  # kept from an earlier start
+            shutil.rmtree(before_folder / split, ignore_errors=True)
+            evaluate(args, None, 0, (split, n, 0.5), before_folder / split, log)
+    before_dev = evaluations(before_folder / "dev")[-1]
+    before = {"test": rate_and_error(evaluations(before_folder / "test")[-1])}
+    before["dev"] = before_dev["success"]
+    # A stage's last dev evaluation runs after its budget check, so each stage leaves it time:
+    # the starting model's, as if its episodes had lasted every turn (a model that cannot
+    # write the format yet ends them at its first reply).
+    turns = before_dev["turns_mean"] or 1.0
+    args.dev_eval_minutes = before_dev["seconds"] / 60 * cfg.rollout.max_turns / turns
+    records, killed = [], []
+    for seed in range(args.seeds):
+        folder = args.out / f"seed-{seed}"
+        if (folder / RECORD).exists():
+            records.append(json.loads((folder / RECORD).read_text(encoding="utf-8")))
+            continue
+        if folder.exists():
+            killed.append(killed_record(set_aside(folder)))
+        print(f"seed {seed}: training ({args.budget:g} min)")
+        records.append(one_seed(args, seed, folder))
+        test = records[-1]["test"]["t0.5"]
+        print(f"seed {seed}: test {test['success']:.1%} ± {test['se']:.1%}")
+    for aside in sorted(args.out.glob("seed-*.killed-*")):
+        if str(aside) not in {k["folder"] for k in killed}:
+            killed.append(killed_record(aside))
+    if args.env_name == "frozen-lake":  # read from the episodes kept, whenever they ran
+        for record in records:
+            for name in TEST_TEMPERATURES:
+                episodes = args.out / f"seed-{record['training_seed']}" / f"test-{name}"
+                record["test"][name]["same_move_as"] = lake_agreement(
+                    episodes / "trajectories" / "eval.jsonl", args.env_options
+                )
+    target = TARGETS.get(args.env_name)
+    result = {
+        "name": args.name,
+        "command": " ".join(["python -m experiments.speedrun", *(argv or sys.argv[1:])]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "preset": args.preset,
+        "recipe": args.overrides,
+        "budget_minutes": args.budget,
+        "warmup_minutes": args.warmup,
+        "machine": info,
+        "before": before,
+        "floors": floors(cfg, args.test_n),
+        "target": target,
+        "summary": aggregate(records, target),
+        "runs": records,
+        "killed": killed,
+    }
+    out = RESULTS / f"speedrun_{args.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, json.dumps(result, indent=2) + "\n")
+    plot(result, DOCS / f"{args.name}.png")
+    s = result["summary"]
+    sd = f" (sd {s['t0.5']['sd']:.1%})" if s["t0.5"]["sd"] is not None else ""
+    print(
+        f"test T=0.5: {s['t0.5']['mean']:.1%}{sd} over {len(records)} seeds; greedy "
+        f"{s['greedy']['mean']:.1%}; before {before['test']['success']:.1%}; "
+        f"{s['minutes_mean']:.1f} min; floors "
+        + ", ".join(f"{k} {v:.1%}" for k, v in result["floors"].items())
+    )
+    print(f"wrote {out} and {DOCS / (args.name + '.png')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""experiments/speedrun.py end to end on the tiny model: warm-up, RL, test, floors, record."""
+
+import json
+
+import pytest
+
+from experiments import speedrun
+from ragen import envs
+from ragen.envs.experts import expert_move, goal_probabilities
+from ragen.envs.frozen_lake import transition_table
+from ragen.train.evaluator import eval_seeds
+
+RECIPE = [
+    "model.spec=tiny",
+    "rollout.demos=0",
+    "rollout.max_turns=2",
+    "rollout.max_reply_tokens=64",
+    "rollout.groups=4",
+    "rollout.group_size=2",
+    "trainer.mini_batch_size=4",
+    "trainer.micro_batch_size=2",
+    "sft.dialogues=2",
+    "sft.micro_batch_size=2",
+    "sft.steps=1",
+    "trainer.steps=1",
+    "env.options.random_ends=true",
+]
+
+
+def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
+    monkeypatch.setattr(speedrun, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(speedrun, "DOCS", tmp_path / "docs")
+    monkeypatch.setattr(speedrun, "MIN_STAGE_MINUTES", 0.0)  # the tiny budget still gets RL
+    out = tmp_path / "runs"
+    (out / "seed-0" / "sft").mkdir(parents=True)  # a seed killed before it logged a step
+    argv = ["frozen-lake", "--budget", "5", "--warmup", "2", "--seeds", "1", "--test-n", "3"]
+    argv += ["--dev-n", "2", "--name", "tiny", "--out", str(out), *RECIPE]
+    speedrun.main(argv)
+
+    result = json.loads((tmp_path / "results" / "speedrun_tiny.json").read_text())
+    (run,) = result["runs"]
+    assert run["training_seed"] == 0 and run["within_budget"]
+    assert run["stages"]["sft"]["steps"] == 1 and run["stages"]["rl"]["steps"] == 1
+    # the curve: the warm-up's dev evaluation, then the RL stage's after its last step
+    assert [(p["stage"], p["step"]) for p in run["dev_curve"]] == [("sft", 0), ("rl", 0)]
+    assert run["final_model"].endswith("rl/checkpoints/step_000001")
+    for name in ("t0.5", "greedy"):
+        test = run["test"][name]
+        assert test["seeds"] == 3 and 0 <= test["success"] <= 1 and test["se"] is not None
+        summary = json.loads((out / "seed-0" / f"test-{name}" / "eval.jsonl").read_text())
+        assert (
+            summary["split"] == "test"
+            and summary["temperature"] == speedrun.TEST_TEMPERATURES[name]
+        )
+    assert result["killed"] == [{"folder": str(out / "seed-0.killed-1"), "stages": {}}]
+    assert result["summary"]["t0.5"]["per_seed"] == [run["test"]["t0.5"]["success"]]
+    assert result["target"] == 0.45 and (tmp_path / "docs" / "tiny.png").stat().st_size > 0
+
+    # The floors are exact on the same three test lakes: the optimum with every action seen
+    # bounds each policy played a turn at a time.
+    env, best = envs.make("frozen-lake", random_ends=True), 0.0
+    for seed in eval_seeds(3, "test"):
+        env.reset(seed)
+        best += goal_probabilities(transition_table(env.rows), 4)[4][env.state] / 3
+    floors = result["floors"]
+    assert floors["optimal_per_action"] == pytest.approx(best)
+    assert all(floors[k] <= best + 1e-12 for k in ("uniform", "toward", "careful", "optimal"))
+
+    # A rerun keeps the finished seed: nothing is trained or evaluated again.
+    log = (out / "seed-0" / "speedrun.log").read_text()
+    speedrun.main(argv)
+    assert (out / "seed-0" / "speedrun.log").read_text() == log
+    again = json.loads((tmp_path / "results" / "speedrun_tiny.json").read_text())
+    assert again["runs"] == result["runs"]
+
+
+def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
+    # Episodes played by the careful expert itself agree with it on every move; the same
+    # moves reversed (Left for Right, Up for Down) on few: only where the reversed walk
+    # reached a cell whose careful move happens to be the reversed one (21% here).
+    options = {"random_ends": True}
+    env, played = envs.make("frozen-lake", **options), []
+    for seed in eval_seeds(8, "test"):
+        env.reset(seed)
+        moves = []
+        for left in range(10, 0, -1):
+            (move,) = expert_move(env, 1, left, lake="careful").answer
+            moves.append(move)
+            if env.step(move).terminated:
+                break
+        played.append({"seed": seed, "turns": [{"actions": [m]} for m in moves]})
+    file = tmp_path / "eval.jsonl"
+    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    assert speedrun.lake_agreement(file, options)["careful"] == 1.0
+    flip = {"Left": "Right", "Right": "Left", "Up": "Down", "Down": "Up"}
+    for episode in played:
+        episode["turns"] = [{"actions": [flip[t["actions"][0]]]} for t in episode["turns"]]
+    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    assert speedrun.lake_agreement(file, options)["careful"] == pytest.approx(9 / 43)
