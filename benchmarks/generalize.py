@@ -41,7 +41,7 @@ from learn import (
 )
 from ragen import config, models, threads
 from ragen.monitor.jsonl import write_atomic
-from ragen.rollout.backends import make_generator
+from ragen.rollout.engines import make_generator
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
 from ragen.train.trainer import resolve_device
 

@@ -297,7 +297,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from ragen import config, models, threads
     from ragen.monitor.rundir import default_run_root
-    from ragen.rollout.backends import make_generator
+    from ragen.rollout.engines import make_generator
     from ragen.train.evaluator import (
         EvalRequest,
         check_eval_out,

@@ -15,7 +15,7 @@ import torch
 from ragen import config, models
 from ragen.monitor.jsonl import read_jsonl
 from ragen.monitor.rundir import RunDir, create_run_dir
-from ragen.rollout.backends import make_generator
+from ragen.rollout.engines import make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 from ragen.train.trainer import Trainer
 
@@ -175,7 +175,7 @@ def test_a_gpu_checkpoint_resumes_on_the_cpu(tmp_path):
 
 
 def test_free_memory_counts_what_torch_keeps_cached():
-    from ragen.rollout.generator import _free_memory
+    from ragen.rollout.engines.memory import _free_memory
 
     device = torch.device("cuda")
     before = _free_memory(device)

@@ -7,7 +7,7 @@ import torch
 
 from ragen import config
 from ragen.monitor.rundir import create_run_dir
-from ragen.rollout.generator import weights_version
+from ragen.rollout.engines.base import weights_version
 from ragen.train.generation_weights import GenerationWeights
 from ragen.train.trainer import Trainer
 

@@ -17,7 +17,8 @@ from ragen.monitor.jsonl import RunDirError, append_jsonl, rewrite_jsonl
 from ragen.monitor.metrics import action_template
 from ragen.monitor.paired import SEED_SUCCESSES
 from ragen.monitor.rundir import RunDir
-from ragen.rollout.generator import CachedGenerator, Generator, kept_cache_episodes
+from ragen.rollout.engines import CachedGenerator, Generator
+from ragen.rollout.engines.memory import kept_cache_episodes
 from ragen.rollout.loop import SPLIT_SEED_BASES, RolloutSpec, rollout
 from ragen.rollout.trajectory import END_REASONS, Trajectory
 from ragen.sysmem import trim_heap

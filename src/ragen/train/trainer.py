@@ -44,7 +44,7 @@ from ragen.monitor.metrics import diversity_metrics, rollout_metrics
 from ragen.monitor.metrics_logger import MetricsLogger
 from ragen.monitor.rundir import BEFORE_TRAINING, RunDir
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
-from ragen.rollout.backends import make_generator
+from ragen.rollout.engines import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
 from ragen.sysmem import trim_heap
