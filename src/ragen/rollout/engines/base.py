@@ -186,6 +186,7 @@ def request_generators(seed: int, requests: Sequence[Request]) -> list[torch.Gen
 
 
 def check_call(requests: Sequence[Request], max_new_tokens: int, temperature: float, top_p):
+    """Refuse, saying why, a call that no engine can serve."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     if temperature < 0:
