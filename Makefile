@@ -64,8 +64,9 @@ $(FLOOR_STAMP): pyproject.toml Makefile
 
 test-floors: $(FLOOR_STAMP)
 	$(FLOOR_VENV)/bin/python -c "import transformers, peft; print('transformers', transformers.__version__, 'peft', peft.__version__)"
-	$(FLOOR_VENV)/bin/python -m pytest tests/test_models.py tests/test_kv_keyword.py \
-		tests/rollout/test_generator.py tests/train/test_forward.py tests/monitor/test_template.py \
+	$(FLOOR_VENV)/bin/python -m pytest tests/models tests/rollout/engines/test_base.py \
+		tests/rollout/engines/test_cached.py tests/rollout/engines/test_kv_cache.py \
+		tests/train/test_forward.py tests/monitor/test_template.py \
 		"tests/train/test_trainer.py::test_lora_trains_only_adapters_and_saves_a_merged_model"
 
 # Benchmarks compare against the packages users would otherwise reach for; those live in
@@ -177,8 +178,8 @@ gpu-wheels:
 
 gpu-model-parts: install
 	rm -rf .gpua .gpub && mkdir .gpua .gpub
-	split -b 47M "$$($(BIN)/python -c 'from ragen import models; e = models.EMBEDDED["smollm2-135m"]; \
-		print(models._package_folder(e) / e.gguf_file)')" .gpua/part-
+	split -b 47M "$$($(BIN)/python -c 'from ragen.models import EMBEDDED, embedded; e = EMBEDDED["smollm2-135m"]; \
+		print(embedded.package_folder(e) / e.gguf_file)')" .gpua/part-
 	mv .gpua/part-aa .gpua/part && mv .gpua/part-ab .gpub/part
 
 clean:

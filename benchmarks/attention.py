@@ -11,7 +11,7 @@ for 96 more, as the generator holds it), one new query token per row, SmolLM2-13
 - ``sdpa, no mask (enable_gqa)``: transformers' sdpa when no row is padded;
 - ``sdpa, mask (folded)``: transformers' sdpa when some row is padded (its ``pack_gqa``: the
   query heads of a key/value head become its queries, with the padding mask);
-- ``ragen, no mask (folded)``: ``ragen.rollout.attention.decode_attention`` when no row is
+- ``ragen, no mask (folded)``: ``ragen.rollout.engines.attention.decode_attention`` when no row is
   padded (the folded form without a mask); with a mask it is the row above;
 - ``ragen, shared prefix``: ``decode_attention`` given the first ``--shared`` of the K
   tokens (the opening every rollout row starts with: 734 tokens in the Sokoban preset) held
@@ -40,7 +40,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from benchmarks.measure import copy_bandwidth, machine, write_summary
-from ragen.rollout.attention import PREFIX_KEYWORD, decode_attention
+from ragen.rollout.engines.attention import PREFIX_KEYWORD, decode_attention
 
 ROOT = Path(__file__).parent.parent
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64  # SmolLM2-135M

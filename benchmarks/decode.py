@@ -12,7 +12,7 @@ is generated tokens per second end to end, prefill included: B·reply / (prefill
   fires, sampling at temperature 1 (its sampling is in the time), weights in float32 and, as
   an extra row, in the dtype rollouts use on this machine (``auto``); and, as the reference
   it improves on, float32 decoding with transformers' own ``sdpa`` attention instead of
-  ``ragen.rollout.attention`` (rows of one shared prompt carry no mask, which sends
+  ``ragen.rollout.engines.attention`` (rows of one shared prompt carry no mask, which sends
   transformers to its slow ``enable_gqa`` kernel).
 - llama.cpp: ``llama-batched-bench -pps`` (shared prompt, every row's logits computed, no
   sampling) on a float32 GGUF that llama.cpp's own ``convert_hf_to_gguf.py`` writes from the
@@ -49,9 +49,8 @@ from benchmarks.measure import (
     model_shape,
     positions_sum,
 )
-from ragen import models
-from ragen.rollout import attention
-from ragen.rollout.generator import CachedGenerator, Request, Stopper
+from ragen import config, models
+from ragen.rollout.engines import CachedGenerator, Request, Stopper, attention
 
 ROOT = Path(__file__).parent.parent
 LLAMA_DIR = ROOT / ".bench" / "llama.cpp"
@@ -86,7 +85,7 @@ def gguf_file(llama_dir: Path, dtype: str) -> Path:
     out = llama_dir.parent / f"smollm2-135m-{dtype}.gguf"
     if out.exists():
         return out
-    folder = models.prepare(models.DEFAULT_SPEC).path
+    folder = models.prepare(config.DEFAULT_SPEC).path
     env = {**os.environ, "PYTHONPATH": str(llama_dir / "gguf-py")}
     script = llama_dir / "convert_hf_to_gguf.py"
     partial = out.with_suffix(".part")
@@ -153,7 +152,7 @@ def main() -> None:
     if not binary.exists():
         sys.exit(f"{binary} is missing: build it with `make llama-cpp` (from source, minutes)")
     ggufs = {"llama.cpp float32": gguf_file(args.llama_dir, "f32")}
-    fp32, tokenizer = models.load_policy(models.DEFAULT_SPEC, dtype="float32")
+    fp32, tokenizer = models.load_policy(config.DEFAULT_SPEC, dtype="float32")
     # name -> (model, attention); the rows of one prompt carry no mask, so transformers'
     # own sdpa decodes them with enable_gqa, the kernel ragen's attention keeps them off.
     policies = {
@@ -162,7 +161,7 @@ def main() -> None:
     }
     auto_dtype = str(models.resolve_dtype("auto")).removeprefix("torch.")
     if auto_dtype != "float32":  # the dtype rollouts sample in here, as an extra row
-        auto, _ = models.load_policy(models.DEFAULT_SPEC, dtype="auto")
+        auto, _ = models.load_policy(config.DEFAULT_SPEC, dtype="auto")
         policies[f"ragen {auto_dtype} (auto)"] = (auto, attention.NAME)
     if auto_dtype == "bfloat16":  # what a llama.cpp rollout backend would sample in here
         ggufs["llama.cpp bfloat16"] = gguf_file(args.llama_dir, "bf16")

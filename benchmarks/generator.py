@@ -28,9 +28,8 @@ from pathlib import Path
 
 import torch
 
-from ragen import envs, models
-from ragen.rollout.backends import make_generator
-from ragen.rollout.generator import Request
+from ragen import config, envs, models
+from ragen.rollout.engines import Request, make_generator
 
 GOAL_SPEEDUP = 3.0
 
@@ -119,8 +118,8 @@ class Player:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=models.DEFAULT_SPEC)
-    parser.add_argument("--dtype", default="auto", choices=models.DTYPES)
+    parser.add_argument("--model", default=config.DEFAULT_SPEC)
+    parser.add_argument("--dtype", default="auto", choices=config.DTYPES)
     parser.add_argument("--groups", type=int, default=4, help="P: distinct prompts")
     parser.add_argument("--copies", type=int, default=8, help="N: copies of each prompt")
     parser.add_argument("--turns", type=int, default=5)

@@ -44,9 +44,8 @@ from pathlib import Path
 
 import torch
 
-from ragen import models
-from ragen.rollout.backends import make_generator
-from ragen.rollout.generator import CachedGenerator
+from ragen import config, models
+from ragen.rollout.engines import CachedGenerator, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 
 GOAL_SPEEDUP = 3.0
@@ -116,7 +115,7 @@ def main() -> None:
     parser.add_argument("--demos", type=int, default=0, help="worked turns opening each episode")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--dtype", default="auto", choices=models.DTYPES)
+    parser.add_argument("--dtype", default="auto", choices=config.DTYPES)
     parser.add_argument(
         "--backend",
         choices=["vllm", "vllm-cpu"],

@@ -9,7 +9,7 @@ tokens of their own (their level and earlier turns), each sampling ``--reply`` t
 never stop, at temperature 1, with the embedded model in the dtype rollouts sample in here
 (``auto``). The same requests run through ``CachedGenerator`` twice per repeat, taking turns:
 ``share_prefix=True`` (the default: the decode attention reads the prefix once per step for
-the whole batch, ``ragen.rollout.attention``) and ``share_prefix=False`` (every row's cache
+the whole batch, ``ragen.rollout.engines.attention``) and ``share_prefix=False`` (every row's cache
 holds its own copy of it, how rollouts decoded before). Both sample from the same noise; the
 ``same_replies`` count says how many rows drew identical tokens (float rounding can tip a
 draw). The figures are decode seconds (prefill excluded, as it is the same work for both),
@@ -28,8 +28,8 @@ import torch
 
 from benchmarks.measure import machine, write_summary
 from ragen import models, phases
-from ragen.rollout.attention import use_decode_attention
-from ragen.rollout.generator import CachedGenerator, Request, Stopper
+from ragen.rollout.engines import CachedGenerator, Request, Stopper
+from ragen.rollout.engines.attention import use_decode_attention
 
 ROOT = Path(__file__).parent.parent
 

@@ -41,7 +41,7 @@ from experiments.learn import (
 )
 from ragen import config, models
 from ragen.host import threads
-from ragen.rollout.backends import make_generator
+from ragen.rollout.engines import make_generator
 from ragen.run.jsonl import write_atomic
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
 from ragen.train.trainer import resolve_device

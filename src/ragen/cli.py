@@ -298,7 +298,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from ragen import config, models
     from ragen.host import threads
-    from ragen.rollout.backends import make_generator
+    from ragen.rollout.engines import make_generator
     from ragen.run.rundir import default_run_root
     from ragen.train.evaluator import (
         EvalRequest,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ragen import config, models
-from ragen.rollout.backends import make_generator
+from ragen.rollout.engines import make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
@@ -175,7 +175,7 @@ def test_a_gpu_checkpoint_resumes_on_the_cpu(tmp_path):
 
 
 def test_free_memory_counts_what_torch_keeps_cached():
-    from ragen.rollout.generator import _free_memory
+    from ragen.rollout.engines.memory import _free_memory
 
     device = torch.device("cuda")
     before = _free_memory(device)

@@ -13,7 +13,7 @@ from ragen.monitor.template import (
     sample_pairs,
     template_collapse_metrics,
 )
-from ragen.rollout.generator import Sample
+from ragen.rollout.engines import Sample
 from ragen.rollout.loop import RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, Turn
 from ragen.train.scoring import policy_logprobs

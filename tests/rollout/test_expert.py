@@ -6,8 +6,8 @@ from ragen import config, envs, models
 from ragen.agent.prompts import worked_reply
 from ragen.envs.experts import ExpertError
 from ragen.envs.sokoban import solve
+from ragen.rollout.engines import Sample, Stopper
 from ragen.rollout.expert import ExpertGenerator, expert_dialogues, expert_seeds
-from ragen.rollout.generator import Sample, Stopper
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 
 
@@ -139,7 +139,7 @@ def test_expert_seeds_are_fixed_fresh_per_step_and_below_the_eval_seeds():
 
 
 def test_generator_needs_the_env(tokenizer):
-    from ragen.rollout.generator import Request
+    from ragen.rollout.engines import Request
 
     generator = ExpertGenerator(tokenizer, RolloutSpec())
     with pytest.raises(ValueError, match="needs the episode's env"):

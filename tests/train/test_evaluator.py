@@ -4,8 +4,8 @@ from tests.rollout.test_trajectory import _two_turn_trajectory
 from ragen import config
 from ragen.envs.sokoban import SokobanEnv
 from ragen.monitor.metrics import action_template
-from ragen.rollout.backends import make_generator
-from ragen.rollout.generator import kept_cache_episodes
+from ragen.rollout.engines import make_generator
+from ragen.rollout.engines.memory import kept_cache_episodes
 from ragen.rollout.loop import EVAL_SEED_BASE, SPLIT_SEED_BASES, RolloutSpec
 from ragen.train import evaluator
 from ragen.train.evaluator import EvalRequest, eval_seeds, evaluate, summarize

@@ -6,7 +6,7 @@ import copy
 import torch
 
 from ragen import config
-from ragen.rollout.generator import weights_version
+from ragen.rollout.engines.base import weights_version
 from ragen.run.rundir import create_run_dir
 from ragen.train.generation_weights import GenerationWeights
 from ragen.train.trainer import Trainer

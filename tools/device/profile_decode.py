@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from ragen import models
-from ragen.kv_keyword import cache_keyword
-from ragen.rollout.backends import make_generator
+from ragen.models.kv_keyword import cache_keyword
+from ragen.rollout.engines import make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 
 
@@ -62,10 +62,10 @@ def one_turn(model, tokenizer, steps: int, seed: int, static: bool) -> tuple[flo
 @torch.inference_mode()
 def bare_forwards(model, batch: int, context: int, steps: int, masked: bool) -> float:
     """Milliseconds per decode forward of ``batch`` rows after a ``context``-token prefill."""
-    from ragen.rollout.generator import _empty_cache  # the generator's own cache
+    from ragen.rollout.engines.kv_cache import empty_cache  # the generator's own cache
 
     device = model.device
-    cache = _empty_cache(model, batch, context + steps + 1)
+    cache = empty_cache(model, batch, context + steps + 1)
     ids = torch.randint(100, 1000, (batch, context), device=device)
     mask = torch.ones(batch, context, dtype=torch.long, device=device)
     keyword = cache_keyword(model)

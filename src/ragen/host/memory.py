@@ -3,8 +3,8 @@ heap back.
 
 The generator plans its decode batch and the caches it keeps between turns from the whole
 memory (``total_memory``), so one machine sizes them alike on every run, and cuts them to
-what is free where too little is (see ``generator.memory_fit``); on a CPU a bigger batch
-decodes faster. Two things hide free memory that is really there:
+what is free where too little is (see ``rollout.engines.memory.memory_fit``); on a CPU a
+bigger batch decodes faster. Two things hide free memory that is really there:
 
 - the page cache: ``MemFree`` leaves out file pages the kernel drops on demand (gigabytes
   after a run has read a model and written trajectories); ``MemAvailable`` counts them;

@@ -32,7 +32,7 @@ from transformers import DynamicCache
 
 from ragen import metric_names as names
 from ragen.algos import logprobs_and_entropy
-from ragen.kv_keyword import cache_kwarg
+from ragen.models.kv_keyword import cache_kwarg
 from ragen.rollout.trajectory import Trajectory
 
 THINK_CLOSE = "</think>"

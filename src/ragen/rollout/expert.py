@@ -16,7 +16,7 @@ import numpy as np
 
 from ragen.agent.prompts import reply_prefix, worked_reply
 from ragen.envs.experts import ExpertError, expert_move
-from ragen.rollout.generator import FINISH_STOP, GenerationStats, Request, Sample
+from ragen.rollout.engines import FINISH_STOP, GenerationStats, Request, Sample
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory
 

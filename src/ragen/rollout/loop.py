@@ -25,7 +25,7 @@ from ragen.agent.prompts import (
 )
 from ragen.config import FORMAT_PENALTY_MODES, RolloutConfig
 from ragen.rollout.dialogue import ChatFormat
-from ragen.rollout.generator import Generator, Request
+from ragen.rollout.engines import Generator, Request
 from ragen.rollout.rewards import resolve, shaping
 from ragen.rollout.trajectory import Trajectory, Turn
 

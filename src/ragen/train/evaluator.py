@@ -15,7 +15,8 @@ from ragen import phases
 from ragen.config import Config, TrainerConfig, env_options
 from ragen.host.memory import trim_heap
 from ragen.monitor.metrics import action_template
-from ragen.rollout.generator import CachedGenerator, Generator, kept_cache_episodes
+from ragen.rollout.engines import CachedGenerator, Generator
+from ragen.rollout.engines.memory import kept_cache_episodes
 from ragen.rollout.loop import SPLIT_SEED_BASES, RolloutSpec, rollout
 from ragen.rollout.trajectory import END_REASONS, Trajectory
 from ragen.run.jsonl import RunDirError, append_jsonl, rewrite_jsonl

@@ -26,7 +26,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from ragen.algos import logprobs_and_entropy
-from ragen.kv_keyword import cache_kwarg
+from ragen.models.kv_keyword import cache_kwarg
 
 # Below this many shared tokens the extra prefix call costs more than it saves.
 MIN_SHARED_PREFIX = 16

@@ -16,7 +16,7 @@ import copy
 
 import torch
 
-from ragen.rollout.generator import weights_version
+from ragen.rollout.engines.base import weights_version
 
 COPYING_BACKENDS = frozenset({"hf", "naive"})
 """Backends that sample with the trainer's model object; the vLLM engines load their own

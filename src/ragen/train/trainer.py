@@ -43,7 +43,7 @@ from ragen.host.memory import trim_heap
 from ragen.monitor.collapse import Alert, CollapseDetector
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
-from ragen.rollout.backends import make_generator
+from ragen.rollout.engines import make_generator
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.trajectory import Trajectory, collate
 from ragen.run.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from ragen import models
-from ragen.rollout.backends import make_generator
-from ragen.rollout.generator import Request
+from ragen.rollout.engines import Request, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 
 pytest.importorskip("vllm")
@@ -158,7 +157,7 @@ def test_lora_policies_are_saved_merged(tiny, tmp_path):
     # names, while the trained model keeps its adapters.
     from transformers import AutoModelForCausalLM
 
-    from ragen.rollout.vllm_generator import save_weights
+    from ragen.rollout.engines.vllm import save_weights
 
     _, tokenizer = tiny
     policy = models.apply_lora(_small_llama(tokenizer), 4, 8, ["q_proj", "v_proj"])

@@ -7,9 +7,15 @@ import warnings
 import pytest
 import torch
 
-from ragen.rollout import generator
-from ragen.rollout.generator import MEMORY_SHORT, auto_max_batch, memory_fit
+from ragen.rollout.engines.memory import (
+    _MAX_AUTO_BATCH_CPU,
+    MEMORY_SHORT,
+    _kv_bytes_per_token,
+    auto_max_batch,
+    memory_fit,
+)
 
+MODULE = "ragen.rollout.engines.memory"
 GIB = 2**30
 CPU = torch.device("cpu")
 
@@ -19,8 +25,10 @@ def memory(monkeypatch):
     """Set the machine's whole and free memory, in GiB."""
 
     def set_memory(total: float, free: float) -> None:
-        monkeypatch.setattr(generator, "total_memory", lambda: int(total * GIB))
-        monkeypatch.setattr(generator, "available_memory", lambda: int(free * GIB))
+        monkeypatch.setattr("ragen.rollout.engines.memory.total_memory", lambda: int(total * GIB))
+        monkeypatch.setattr(
+            "ragen.rollout.engines.memory.available_memory", lambda: int(free * GIB)
+        )
 
     return set_memory
 
@@ -54,7 +62,7 @@ def test_the_plan_holds_no_more_than_wanted_and_at_least_one(memory):
 def test_the_decode_batch_is_capped_on_a_cpu(memory, tiny):
     model, _ = tiny
     memory(24, 23)
-    assert auto_max_batch(model, 100) == generator._MAX_AUTO_BATCH_CPU
-    assert generator._kv_bytes_per_token(model) == 512  # 2 layers, keys and values, fp32
+    assert auto_max_batch(model, 100) == _MAX_AUTO_BATCH_CPU
+    assert _kv_bytes_per_token(model) == 512  # 2 layers, keys and values, fp32
     # Rows of 10^6 tokens hold 3 * 512 B * 10^6 = 1.536e9 B; 0.2 * 24 GiB = 5.15e9 B takes 3.
     assert auto_max_batch(model, 10**6) == 3

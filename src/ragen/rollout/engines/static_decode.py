@@ -1,10 +1,9 @@
 """Decode steps of fixed shapes, replayed from a captured CUDA graph on a GPU.
 
-On a GPU a decode forward of a small model is a few milliseconds of kernels behind tens of
-milliseconds of Python and kernel launches: on an H200, SmolLM2-135M at a batch of 32 took
-60-85 ms a step in the rollout, and 8.4 ms with this module (docs/gpu.md). A graph replays
-the same kernels on the same addresses, so :class:`StaticDecoder` keeps every shape and
-address fixed for the life of a decode batch:
+On a GPU a decode forward of a small model is a few milliseconds of kernels behind many more
+of Python and kernel launches (docs/performance.md measures both). A graph replays the same
+kernels on the same addresses, so :class:`StaticDecoder` keeps every shape and address fixed
+for the life of a decode batch:
 
 - the batch stays whole until its last row stops (finished rows decode on, unread);
 - each step's keys/values go to the cache column held in a device tensor, not a Python int;
@@ -12,7 +11,7 @@ address fixed for the life of a decode batch:
   written are masked out, so every step attends over the whole capacity.
 
 Without ``capture`` (a CPU) the same step runs eagerly: slower than the shrinking batch of
-the generator's own path, and there only so that tests can hold the two paths to the same
+the cached engine's own path, and there only so that tests can hold the two paths to the same
 tokens.
 """
 
@@ -21,7 +20,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from ragen.kv_keyword import cache_keyword
+from ragen.models.kv_keyword import cache_keyword
 
 # Eager forwards before capture: they settle lazy initialisation (cuBLAS handles, kernel
 # choices, the allocator's pools) that must not happen inside the capture.
@@ -59,7 +58,7 @@ class StaticDecoder:
     """Decode forwards of one batch over buffers filled up to column ``width``.
 
     buffers: per layer (2, B, H_kv, capacity, D), the keys/values of the prefilled contexts,
-    right-aligned in columns [0, width) (the generator's ``_padded_cache`` layout); they are
+    right-aligned in columns [0, width) (the layout of ``kv_cache.padded_cache``); they are
     written in place. mask: (B, width) bool, which of those columns hold a real token.
     positions: (B,) long, the position of each row's next token.
     """

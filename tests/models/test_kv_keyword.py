@@ -9,7 +9,7 @@ from transformers import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ragen import models
-from ragen.kv_keyword import NEW, OLD, cache_keyword, cache_kwarg
+from ragen.models.kv_keyword import NEW, OLD, cache_keyword, cache_kwarg
 
 
 class _OldStyle(torch.nn.Module):

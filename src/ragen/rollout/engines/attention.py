@@ -2,21 +2,20 @@
 
 When a decode step's rows all have the same length, transformers passes no mask and asks
 ``scaled_dot_product_attention`` for ``enable_gqa``; with a mask it folds each key/value
-head's query heads into one row of queries instead (its ``pack_gqa``). On the CPU the
-first is several times slower than the second on the same cache in bf16 (SmolLM2-135M: 9
-query heads over 3 key/value heads; ``python -m benchmarks.attention`` measures both; in
-float32 the two were level in ``benchmarks/decode.py``). Spaced grids give
-every level's first prompt the same number of tokens, so whole turns of rollouts and
-evaluations decoded on the slow kernel. :data:`NAME` is transformers' own SDPA attention
-except that a single new token of a grouped-query model always takes the folded form, with or
-without a mask; every other call (prefill, training forwards) is passed through unchanged.
+head's query heads into one row of queries instead (its ``pack_gqa``). On the CPU the first
+is several times slower than the second on the same cache in bf16 (``python -m
+benchmarks.attention`` measures both). Spaced grids give every level's first prompt the
+same number of tokens, so whole turns of rollouts and evaluations would decode on the slow
+kernel. :data:`NAME` is transformers' own SDPA attention except that a single new token of a
+grouped-query model always takes the folded form, with or without a mask; every other call
+(prefill, training forwards) is passed through unchanged.
 
 A decode step may also be given the keys and values that every row of its batch starts with
 (:data:`PREFIX_KEYWORD`, on the CPU): rollouts share a long opening (system line, worked
-examples, rules: 734 of a Sokoban row's ~1,300 tokens), and attending to each row's copy of it
-reads the same keys once per row. With the prefix held once, all rows' queries attend to it
-as one problem per key/value head, their own columns as before, and the two partial results
-are merged by their log-sum-exp: exact up to float rounding.
+examples, rules), and attending to each row's copy of it reads the same keys once per row.
+With the prefix held once, all rows' queries attend to it as one problem per key/value head,
+their own columns as before, and the two partial results are merged by their log-sum-exp:
+exact up to float rounding.
 """
 
 from __future__ import annotations

@@ -9,9 +9,13 @@ import pytest
 import torch
 
 from ragen import models
-from ragen.rollout.attention import NAME, PREFIX_KEYWORD, decode_attention, use_decode_attention
-from ragen.rollout.backends import make_generator
-from ragen.rollout.generator import Request
+from ragen.rollout.engines import Request, make_generator
+from ragen.rollout.engines.attention import (
+    NAME,
+    PREFIX_KEYWORD,
+    decode_attention,
+    use_decode_attention,
+)
 
 
 def _fresh_tiny(tokenizer):

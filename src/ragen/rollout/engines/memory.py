@@ -1,0 +1,83 @@
+"""Memory planning: how many rows decode together and how many episodes keep their caches.
+
+Both are planned as shares of the device's whole memory, not of what happens to be free, so
+that one machine sizes them alike on every run: which rows decode together changes a row's
+samples at float rounding, so sizes taken from free memory would make two runs of one config
+play different episodes. Where too little is free when a plan is made (other processes, or a
+large model beside its trainer), the sizes shrink and the run warns (:data:`MEMORY_SHORT`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from ragen.host.memory import available_memory, total_memory
+from ragen.rollout.engines.kv_cache import kv_shape
+
+# Largest batch the automatic choice picks: beyond 64 rows a CPU gains nothing per token,
+# while on a GPU extra rows cost little time per decode step.
+_MAX_AUTO_BATCH_CPU = 64
+_MAX_AUTO_BATCH_GPU = 256
+# Shares of the device's whole memory that the decode batch's KV cache (copied each step) and
+# the caches kept between turns (all live episodes together) are planned to take.
+_BATCH_SHARE = 0.2
+_KEPT_SHARE = 0.3
+# A plan never takes more than this share of the memory free when it is made.
+_FREE_SHARE = 0.6
+MEMORY_SHORT = (
+    "free memory is short: ragen plans its decode batches and kept caches from the machine's "
+    "whole memory so that runs repeat exactly, but too little of it is free now, so they "
+    "shrink to fit; this run's samples can then differ, at float rounding, from a run with "
+    "more memory free"
+)
+
+
+def _kv_bytes_per_token(model) -> int:
+    layers, heads, head_dim = kv_shape(model)
+    return layers * 2 * heads * head_dim * next(model.parameters()).element_size()
+
+
+def _free_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        # The driver counts the blocks torch's allocator keeps cached (after an update, its
+        # activations) as used; torch hands them out again before asking the driver.
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + cached
+    return available_memory()
+
+
+def _total_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return total_memory()
+
+
+def memory_fit(device: torch.device, share: float, item_bytes: int, wanted: int) -> int:
+    """How many items of ``item_bytes`` to hold at once, at most ``wanted`` and at least 1:
+    ``share`` of the device's whole memory, cut (with a warning) to ``_FREE_SHARE`` of the
+    memory free now where less is free."""
+    planned = min(wanted, int(_total_memory(device) * share // item_bytes))
+    allowed = int(_free_memory(device) * _FREE_SHARE // item_bytes)
+    if allowed < planned:
+        warnings.warn(MEMORY_SHORT, stacklevel=3)
+        planned = allowed
+    return max(1, planned)
+
+
+def auto_max_batch(model, longest_tokens: int) -> int:
+    """Rows whose KV caches (held about three times over while decoding) fit the decode
+    batch's share of memory, at most ``_MAX_AUTO_BATCH_CPU`` (or ``_GPU``) rows."""
+    per_row = 3 * _kv_bytes_per_token(model) * max(longest_tokens, 1)
+    cap = _MAX_AUTO_BATCH_CPU if model.device.type == "cpu" else _MAX_AUTO_BATCH_GPU
+    return memory_fit(model.device, _BATCH_SHARE, per_row, cap)
+
+
+def kept_cache_episodes(model, context_tokens: int, wanted: int) -> int:
+    """Episodes, at most ``wanted``, whose caches, kept between turns (`CachedGenerator`) at up
+    to ``context_tokens`` each, fit their share of memory: how many to play at once when the
+    number is free to choose, as in an evaluation, whose hundreds of long episodes can keep
+    more cache than a machine has beside a trainer."""
+    per_episode = _kv_bytes_per_token(model) * max(context_tokens, 1)
+    return memory_fit(model.device, _KEPT_SHARE, per_episode, wanted)
