@@ -37,7 +37,7 @@ from ragen.algos import (
     whiten,
 )
 from ragen.algos.gigpo import anchor_ids
-from ragen.config import ROW_BY_ROW, AlgoConfig, Config, ConfigError, import_estimator, to_dict
+from ragen.config import ROW_BY_ROW, AlgoConfig, Config, ConfigError, to_dict
 from ragen.monitor.collapse import Alert, CollapseDetector
 from ragen.monitor.jsonl import RunDirError, append_jsonl, read_jsonl, rewrite_jsonl
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
@@ -51,6 +51,7 @@ from ragen.sysmem import trim_heap
 from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.evaluator import EvalRequest, evaluate
 from ragen.train.generation_weights import COPYING_BACKENDS, GenerationWeights
+from ragen.train.preflight import import_estimator
 from ragen.train.schedule import lr_scale
 from ragen.train.scoring import policy_logprobs, score_batch
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
