@@ -29,6 +29,8 @@ def preset_dir() -> Path:
 
 
 def preset_names() -> list[str]:
+    """The presets shipped with the package, by name (the overlays they extend, in
+    ``configs/overlays/``, are no presets of their own and are not listed)."""
     return sorted(p.stem for p in preset_dir().glob(f"*{PRESET_SUFFIX}"))
 
 
