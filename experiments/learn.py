@@ -60,6 +60,7 @@ from ragen.report.write import write_report
 from ragen.run.jsonl import read_jsonl, write_atomic
 from ragen.run.rundir import RunDir, create_run_dir, rewrite_config
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
+from ragen.train.preflight import check_references
 from ragen.train.sft import SftTrainer
 from ragen.train.trainer import Trainer, check_resume
 
@@ -231,8 +232,8 @@ def load_resume(
         raise SystemExit(f"--resume: {root / RESULT_FILE} is unreadable ({err})") from None
     if isinstance(before.get("training_started"), float | int):
         before["train_minutes"] += minutes_trained_since(run, before["training_started"])
-    saved = config.load(str(run.config))
-    cfg = config.load(str(run.config), overrides)
+    saved = check_references(config.load(str(run.config)))
+    cfg = check_references(config.load(str(run.config), overrides))
     check_resume(run, saved, cfg, sft=before.get("training") == "sft")
     use_threads(cfg)
     fix = "resume with the run's own --eval-n, --temperature and rollout settings"
@@ -419,7 +420,7 @@ def prepare(args: argparse.Namespace) -> tuple[config.Config, RunDir, dict | Non
                 )
             args.preset, args.sft = before.get("preset"), before.get("training") == "sft"
             return cfg, run, base, before
-        cfg = config.load(args.preset, overrides)
+        cfg = check_references(config.load(args.preset, overrides))
     except config.ConfigError as err:
         args.parser.error(str(err))
     use_threads(cfg)

@@ -56,6 +56,7 @@ from ragen.envs.experts import careful_move, goal_probabilities, policy_success
 from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
 from ragen.run.jsonl import read_jsonl, write_atomic
 from ragen.train.evaluator import eval_seeds
+from ragen.train.preflight import check_references
 
 RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).parent.parent / "docs" / "speedrun"
@@ -377,7 +378,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     try:  # a bad recipe is refused before any run
-        cfg = config.load(args.preset, args.overrides)
+        cfg = check_references(config.load(args.preset, args.overrides))
     except config.ConfigError as err:
         raise SystemExit(f"the recipe is refused: {err}") from None
     args.env_name, args.env_options = cfg.env.name, dict(cfg.env.options)

@@ -92,8 +92,10 @@ def _cmd_model_chat(args: argparse.Namespace) -> int:
 
 def _cmd_config_show(args: argparse.Namespace) -> int:
     from ragen import config
+    from ragen.train.preflight import check_references
 
-    print(config.to_yaml(config.load(args.preset, args.overrides), doc=args.doc), end="")
+    cfg = check_references(config.load(args.preset, args.overrides))
+    print(config.to_yaml(cfg, doc=args.doc), end="")
     return EXIT_OK
 
 
@@ -119,14 +121,16 @@ def _resumed(path: str, overrides: list[str], command: str):
 
     from ragen import config
     from ragen.run.rundir import RunDir
+    from ragen.train.preflight import check_references
     from ragen.train.trainer import check_resume
 
     run = RunDir(Path(path), command=command)
     if not run.config.is_file():
         raise UsageError(f"{path} is not a run directory (no config.yaml)")
     run.check_writable()
-    cfg = config.load(str(run.config), overrides)
-    check_resume(run, config.load(str(run.config)), cfg, sft=command == "sft")
+    cfg = check_references(config.load(str(run.config), overrides))
+    saved = check_references(config.load(str(run.config)))
+    check_resume(run, saved, cfg, sft=command == "sft")
     return cfg, run
 
 
@@ -149,13 +153,14 @@ def _train_config(args: argparse.Namespace):
 
     from ragen import config
     from ragen.run.rundir import RunDir, default_run_root
+    from ragen.train.preflight import check_references
 
     positional = [args.preset] if args.preset else []
     if args.resume:
         return _resumed(args.resume, [*positional, *args.overrides], "train")
     if not args.preset:
         raise UsageError("name a preset (see `ragen config list`) or pass --resume RUN_DIR")
-    cfg = config.load(args.preset, args.overrides)
+    cfg = check_references(config.load(args.preset, args.overrides))
     run = RunDir(Path(args.out) if args.out else default_run_root(args.preset))
     run.check_new()
     run.check_writable()
@@ -174,16 +179,15 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
     ``run``: a new run directory or, with ``resume``, the run continued from its checkpoint."""
     from contextlib import ExitStack
 
-    from ragen import config
     from ragen.host import threads
     from ragen.run.lock import hold
     from ragen.run.rundir import create_run_dir, rewrite_config
     from ragen.train import distributed, preflight
     from ragen.train.trainer import resolve_device
 
-    config.import_envs(cfg)  # user code, imported only now that a run starts
+    preflight.import_envs(cfg)  # user code, imported only now that a run starts
     preflight.check_runnable(cfg)  # builds the worked turns of the envs just imported
-    config.import_reward_terms(cfg)  # user code, imported only now that a run starts
+    preflight.import_reward_terms(cfg)  # user code, imported only now that a run starts
     distributed.check_split(cfg.rollout.groups)  # torchrun: every process refuses, at once
     with (
         threads.computing_with(cfg.trainer.threads),
@@ -237,6 +241,7 @@ def _sft_config(args: argparse.Namespace):
     from ragen import config, envs
     from ragen.envs.experts import has_expert
     from ragen.run.rundir import RunDir, default_run_root
+    from ragen.train.preflight import check_references, import_envs
 
     if args.env and "=" in args.env:  # `ragen sft --resume RUN key=value`: no env named
         args.env, args.overrides = None, [args.env, *args.overrides]
@@ -248,8 +253,10 @@ def _sft_config(args: argparse.Namespace):
         raise UsageError("name an environment (see `ragen envs`) or pass --resume RUN_DIR")
     preset = _env_preset(args.env, args.preset)
     # A JSON string is a YAML string: env 2048 is the name "2048", never the number.
-    cfg = config.load(preset, [*args.overrides, f"env.name={json.dumps(args.env)}"])
-    config.import_envs(cfg)  # an env of the user's is imported only now, to be played
+    cfg = check_references(
+        config.load(preset, [*args.overrides, f"env.name={json.dumps(args.env)}"])
+    )
+    import_envs(cfg)  # an env of the user's is imported only now, to be played
     if not has_expert(envs.make(cfg.env.name, **cfg.env.options)):
         raise UsageError(
             f"{args.env} has no expert to imitate: ragen sft plays ragen's games and any env "
@@ -279,6 +286,7 @@ def _eval_config(args: argparse.Namespace):
     import json
 
     from ragen import config
+    from ragen.train.preflight import check_references
 
     preset = _env_preset(args.env, args.preset)
     if args.n * args.k > config.MAX_EVAL_EPISODES:
@@ -290,13 +298,13 @@ def _eval_config(args: argparse.Namespace):
     if args.model is not None:
         # A JSON string is a YAML string: --model 123 names a folder, never the number 123.
         overrides.append(f"model.spec={json.dumps(args.model)}")
-    return config.load(preset, overrides)
+    return check_references(config.load(preset, overrides))
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ragen import config, models
+    from ragen import models
     from ragen.host import threads
     from ragen.rollout.engines import make_generator
     from ragen.run.rundir import default_run_root
@@ -307,16 +315,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         format_summary,
         write_eval,
     )
-    from ragen.train.preflight import check_demonstrations, check_device
+    from ragen.train.preflight import (
+        check_demonstrations,
+        check_device,
+        import_envs,
+        import_reward_terms,
+    )
     from ragen.train.trainer import resolve_device
 
     cfg = _eval_config(args)  # everything is checked before the model loads
     out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
     check_eval_out(out)
     check_device(cfg.trainer.device)  # the model folder is checked as it loads
-    config.import_envs(cfg)  # user code, imported only now that a run starts
+    import_envs(cfg)  # user code, imported only now that a run starts
     check_demonstrations(cfg, [args.env])
-    config.import_reward_terms(cfg)  # user code, imported only now that a run starts
+    import_reward_terms(cfg)  # user code, imported only now that a run starts
     model, tokenizer = models.load_policy(
         cfg.model.spec,
         dtype=cfg.model.dtype,

@@ -1,5 +1,5 @@
 """Estimators of the user's own, named ``package.module:function`` in algo.estimator: judged by
-the name's shape when a config loads, imported when the run starts, called with the same
+the name's shape when a config is checked, imported when the run starts, called with the same
 tensors and Coefficients as ragen's."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 from ragen import config
 from ragen.algos import advantages as adv
 from ragen.config import AlgoConfig, ConfigError
+from ragen.train import preflight
 
 MODULE = "ragen_test_user_estimators"
 SOURCE = f"""
@@ -112,9 +113,9 @@ def test_each_coefficient_is_the_config_field_of_its_name():
         "a:b:c",
     ],
 )
-def test_a_name_of_the_wrong_shape_is_refused_when_the_config_loads(name):
+def test_a_name_of_the_wrong_shape_is_refused_when_the_config_is_checked(name):
     with pytest.raises(ConfigError, match=r"algo.estimator") as err:
-        config.load("bandit", [f"algo.estimator={name}"])
+        preflight.check_references(config.load("bandit", [f"algo.estimator={name}"]))
     message = str(err.value)
     assert "use one of gae, grpo, bi_level_gae, rloo, reinforce_pp" in message
     assert "or module:function for your own" in message and "\n" not in message
@@ -127,7 +128,7 @@ def test_loading_or_writing_a_config_imports_no_estimator(user_module, tmp_path)
     saved.write_text(config.to_yaml(c))
     assert config.load(str(saved)).algo.estimator == f"{MODULE}:scaled_scores"
     assert not user_module.exists()
-    config.import_estimator(c)  # when the run starts
+    preflight.import_estimator(c)  # when the run starts
     assert user_module.exists()
 
 
@@ -144,7 +145,7 @@ def test_an_estimator_that_cannot_be_imported_is_refused_when_the_run_starts(
 ):
     c = config.load("bandit", [f"algo.estimator={name}"])  # the shape is right
     with pytest.raises(ConfigError, match=r"algo.estimator") as err:
-        config.import_estimator(c)
+        preflight.import_estimator(c)
     assert problem in str(err.value) and repr(name) in str(err.value)
 
 

@@ -15,6 +15,7 @@ from ragen.cli import main
 from ragen.config import ConfigError
 from ragen.envs.conformance import check
 from ragen.envs.play import describe_envs
+from ragen.train import preflight
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 MAZE = "maze:MazeEnv"
@@ -118,7 +119,7 @@ def test_a_config_names_a_user_env_without_importing_it(tmp_path, monkeypatch, c
     assert "name: ragen_marker_env:MazeEnv" in capsys.readouterr().out
     c = config.load("bandit", [name, "env.eval_names=[ragen_marker_env:MazeEnv, bandit]"])
     assert not marker.exists()
-    config.import_envs(c)  # when the run starts; the maze offers the 2 worked turns asked for
+    preflight.import_envs(c)  # when the run starts; the maze offers the 2 worked turns asked for
     assert marker.exists()
 
 
@@ -137,13 +138,13 @@ def test_a_config_names_a_user_env_without_importing_it(tmp_path, monkeypatch, c
 def test_a_user_env_that_cannot_run_is_refused_when_the_run_starts(overrides, message):
     c = config.load("bandit", overrides)  # only the names' shape is judged here
     with pytest.raises(ConfigError, match=message):
-        config.import_envs(c)
+        preflight.import_envs(c)
 
 
 def test_a_name_of_no_env_shape_is_refused_by_the_config():
     message = r"env.name='my-envs:Maze': unknown environment .*package.module:Class"
     with pytest.raises(ConfigError, match=message):
-        config.load("bandit", ["env.name=my-envs:Maze"])  # a module name has no hyphen
+        preflight.check_references(config.load("bandit", ["env.name=my-envs:Maze"]))  # no hyphen
 
 
 # ----------------------------------------------------------------------- entry points

@@ -203,12 +203,12 @@ def test_alert_record_and_line():
 def test_monitor_config_is_documented_and_range_checked():
     docs = config.field_docs(MonitorConfig)
     assert set(docs) == {f.name for f in dataclasses.fields(MonitorConfig)}
-    built = config._build(MonitorConfig, {"action": "stop", "std_drop": 0.4}, "monitor.")
+    built = config.build_schema(MonitorConfig, {"action": "stop", "std_drop": 0.4}, "monitor.")
     assert built == MonitorConfig(action="stop", std_drop=0.4)
     with pytest.raises(config.ConfigError, match=r"monitor\.action"):
-        config._build(MonitorConfig, {"action": "panic"}, "monitor.")
+        config.build_schema(MonitorConfig, {"action": "panic"}, "monitor.")
     with pytest.raises(config.ConfigError, match=r"monitor\.std_drop"):
-        config._check_ranges(MonitorConfig(std_drop=1.5), "monitor.")
+        config.check_ranges(MonitorConfig(std_drop=1.5), "monitor.")
 
 
 DATA = Path(__file__).parent / "data"

@@ -22,9 +22,7 @@ def monitor_config_from_file(path: str | Path, overrides: Sequence[str] = ()) ->
     section = data.get("monitor")
     dotted = [o if o.startswith("monitor.") else f"monitor.{o}" for o in overrides]
     section = config.apply_overrides({"monitor": section or {}}, dotted)["monitor"]
-    built = config._build(MonitorConfig, section, "monitor.")
-    config._check_ranges(built, "monitor.")
-    return built
+    return config.build_schema(MonitorConfig, section, "monitor.")
 
 
 def detector_settings(run: RunDir, overrides: Sequence[str] = ()) -> tuple[MonitorConfig, str]:

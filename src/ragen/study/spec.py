@@ -40,7 +40,9 @@ from importlib import resources
 from pathlib import Path
 
 from ragen import config
-from ragen.config import ConfigError, opt
+from ragen.config import ConfigError
+from ragen.config.schema import opt
+from ragen.train.preflight import check_references
 
 STUDY_SUFFIX = ".yaml"
 SCALES = ("cpu", "paper")
@@ -302,7 +304,7 @@ def check_planned(planned: list[PlannedRun], scale: str) -> None:
     """Every planned run's config passes the strict config, as `ragen train` will take it."""
     for run in planned:
         try:
-            config.load(run.preset, list(run.overrides))
+            check_references(config.load(run.preset, list(run.overrides)))
         except ConfigError as err:
             raise ConfigError(
                 f"study: run {run.name} at scale {scale}: {str(err).removeprefix('config: ')}"

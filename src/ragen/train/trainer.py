@@ -37,7 +37,7 @@ from ragen.algos import (
     whiten,
 )
 from ragen.algos.gigpo import anchor_ids
-from ragen.config import ROW_BY_ROW, AlgoConfig, Config, ConfigError, import_estimator, to_dict
+from ragen.config import ROW_BY_ROW, AlgoConfig, Config, ConfigError, to_dict
 from ragen.host import threads
 from ragen.host.memory import trim_heap
 from ragen.monitor.collapse import Alert, CollapseDetector
@@ -52,6 +52,7 @@ from ragen.run.rundir import BEFORE_TRAINING, RunDir
 from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.evaluator import EvalRequest, evaluate
 from ragen.train.generation_weights import COPYING_BACKENDS, GenerationWeights
+from ragen.train.preflight import import_estimator
 from ragen.train.schedule import lr_scale
 from ragen.train.scoring import policy_logprobs, score_batch
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update

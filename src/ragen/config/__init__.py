@@ -1,0 +1,120 @@
+"""Typed configuration: a schema of nested dataclasses holding every default once, presets
+(YAML files in ``ragen/configs/`` or any path) with dotted overrides, and the checks that
+refuse a bad value before anything runs.
+
+- :mod:`ragen.config.schema`: the dataclasses, literals and bounds (imports nothing from ragen).
+- :mod:`ragen.config.build`: plain data → schema dataclasses, types and ranges checked.
+- :mod:`ragen.config.checks`: settings that are each valid but cannot work together.
+- :mod:`ragen.config.loading`: YAML, presets, ``extends:``, overrides, and YAML written back.
+
+Every refusal is a ConfigError whose one-line message names the key, the value and what is
+allowed. Names a config points to outside itself (the model, the environments, reward terms,
+the estimator) are judged where a run is set up: :mod:`ragen.train.preflight`.
+"""
+
+from ragen.config.build import build_schema, check_ranges
+from ragen.config.checks import is_device, kept_count, kept_episodes, kept_groups, validate
+from ragen.config.errors import ConfigError
+from ragen.config.loading import (
+    PRESET_SUFFIX,
+    apply_overrides,
+    file_exists,
+    from_dict,
+    load,
+    load_preset_data,
+    preset_dir,
+    preset_for_env,
+    preset_names,
+    read_yaml,
+    to_dict,
+    to_yaml,
+    yaml_mapping,
+)
+from ragen.config.schema import (
+    AGG_MODES,
+    BACKENDS,
+    DEFAULT_SPEC,
+    DTYPES,
+    ESTIMATOR_NAMES,
+    EVAL_SPLITS,
+    EXPERT_THOUGHTS,
+    FILTER_VALUE_KEYS,
+    FORMAT_PENALTY_MODES,
+    LAKE_EXPERTS,
+    MAX_CONTEXT_TOKENS,
+    MAX_EPISODES_PER_STEP,
+    MAX_EVAL_EPISODES,
+    MAX_LR,
+    MAX_STEPS,
+    NEEDS_CRITIC,
+    NEEDS_GROUPS,
+    OLD_FILTER_MODES,
+    ROW_BY_ROW,
+    AlgoConfig,
+    Config,
+    EnvConfig,
+    LoggingConfig,
+    ModelConfig,
+    MonitorConfig,
+    RolloutConfig,
+    SamplingAttention,
+    SftConfig,
+    TrainerConfig,
+    env_options,
+    field_docs,
+)
+
+__all__ = [
+    "AGG_MODES",
+    "BACKENDS",
+    "DEFAULT_SPEC",
+    "DTYPES",
+    "ESTIMATOR_NAMES",
+    "EVAL_SPLITS",
+    "EXPERT_THOUGHTS",
+    "FILTER_VALUE_KEYS",
+    "FORMAT_PENALTY_MODES",
+    "LAKE_EXPERTS",
+    "MAX_CONTEXT_TOKENS",
+    "MAX_EPISODES_PER_STEP",
+    "MAX_EVAL_EPISODES",
+    "MAX_LR",
+    "MAX_STEPS",
+    "NEEDS_CRITIC",
+    "NEEDS_GROUPS",
+    "OLD_FILTER_MODES",
+    "PRESET_SUFFIX",
+    "ROW_BY_ROW",
+    "AlgoConfig",
+    "Config",
+    "ConfigError",
+    "EnvConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "MonitorConfig",
+    "RolloutConfig",
+    "SamplingAttention",
+    "SftConfig",
+    "TrainerConfig",
+    "apply_overrides",
+    "build_schema",
+    "check_ranges",
+    "env_options",
+    "field_docs",
+    "file_exists",
+    "from_dict",
+    "is_device",
+    "kept_count",
+    "kept_episodes",
+    "kept_groups",
+    "load",
+    "load_preset_data",
+    "preset_dir",
+    "preset_for_env",
+    "preset_names",
+    "read_yaml",
+    "to_dict",
+    "to_yaml",
+    "validate",
+    "yaml_mapping",
+]

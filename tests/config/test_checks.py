@@ -1,0 +1,97 @@
+"""Settings that are each valid but cannot work together: refused in one line naming the keys
+and the fix; and what the rollout filter keeps, which bounds the mini-batch."""
+
+import pytest
+
+from ragen import config
+from ragen.config import ConfigError
+
+BAD_COMBINATIONS = [
+    # (overrides, key named in the message, words that say what is allowed)
+    (["rollout.max_actions_per_turn=5"], "rollout.max_actions_per_turn", "lower"),
+    (["rollout.max_reply_tokens=2000"], "rollout.max_reply_tokens", "raise max_context_tokens"),
+    (["algo.estimator=grpo", "rollout.group_size=1"], "rollout.group_size", ">= 2"),
+    (["trainer.mini_batch_size=64"], "trainer.mini_batch_size", "lower"),
+    (["trainer.micro_batch_size=32"], "trainer.micro_batch_size", "lower"),
+    (["trainer.device=tpu"], "trainer.device", "cuda:N"),
+    (["rollout.groups=512", "rollout.group_size=256"], "rollout.groups", "lower one of them"),
+    (["trainer.device=cuda:abc"], "trainer.device='cuda:abc'", "cuda:N with N from 0 to 127"),
+    (["trainer.device=cuda:128"], "trainer.device", "from 0 to 127"),  # torch: cuda:-128
+    (["trainer.device=cuda:01"], "trainer.device", "cuda:N"),
+    # top_p keeps up to every group: a mini-batch may reach all episodes, not beyond
+    (
+        ["algo.filter_mode=top_p", "trainer.mini_batch_size=64"],
+        "trainer.mini_batch_size",
+        "64 > 32 = groups × group_size",
+    ),
+    (["algo.filter_mode=top_p", "rollout.group_size=1"], "algo.filter_top_p", "filter_top_p=1"),
+    (
+        ["algo.filter_include_zero=false", "algo.filter_ratio=1", "rollout.group_size=1"],
+        "algo.filter_include_zero",
+        "group_size >= 2",
+    ),
+    (
+        ["algo.filter_mode=top_p", "monitor.rollback_filter_ratio=0.25"],
+        "monitor.rollback_filter_ratio",
+        "filter_strategy=top_k",
+    ),
+    (
+        ["algo.filter_strategy=min_p", "monitor.rollback_filter_ratio=0.25"],
+        "monitor.rollback_filter_ratio",
+        "min_p filtering does not read filter_ratio",
+    ),
+    (
+        ["algo.filter_strategy=top_k_abs", "rollout.group_size=1", "trainer.mini_batch_size=2"],
+        "algo.filter_strategy and rollout.group_size",
+        "filter_metric=reward",
+    ),
+    (["algo.filter_strategy=top_p", "algo.filter_type=smallest"], "algo.filter_type", "largest"),
+    (["algo.soft_advantage_reweight=true"], "algo.soft_advantage_reweight", "estimator=grpo"),
+    (["algo.filter_loss_scaling=sqrt"], "algo.filter_loss_scaling", "scoring_pass=always"),
+    (["env.eval_options.bandit.arm_names=[A, B]"], "env.eval_options", "set its options in"),
+    (["env.eval_options.sokoban.spaced=true"], "env.eval_options", "does not evaluate"),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "allowed"), BAD_COMBINATIONS, ids=[b[1] for b in BAD_COMBINATIONS]
+)
+def test_contradictions_are_refused_with_the_keys_named(overrides, key, allowed):
+    with pytest.raises(ConfigError) as err:
+        config.load("bandit", overrides)
+    message = str(err.value)
+    assert key in message and allowed in message
+    assert "\n" not in message
+
+
+def test_top_p_bounds_the_mini_batch_by_every_episode():
+    c = config.load("bandit", ["algo.filter_mode=top_p", "trainer.mini_batch_size=32"])
+    assert config.kept_groups(c) == 8 and config.kept_episodes(c) == 32
+    # with one rollout per group top_p=1 keeps everything: filter_ratio is not read
+    config.load(
+        "bandit",
+        [
+            "algo.filter_mode=top_p",
+            "algo.filter_top_p=1",
+            "rollout.group_size=1",
+            "trainer.mini_batch_size=8",
+            "trainer.micro_batch_size=8",
+        ],
+    )
+
+
+def test_each_filter_strategy_bounds_the_mini_batch_by_what_it_keeps():
+    def kept(*overrides):
+        return config.kept_groups(config.load("bandit", list(overrides)))
+
+    assert kept("algo.filter_strategy=top_k_abs", "algo.filter_k=5") == 5
+    assert kept("algo.filter_strategy=top_k_abs", "algo.filter_k=50") == 8  # all 8 groups
+    assert kept("algo.filter_strategy=min_p") == 8  # at most every group
+    with pytest.raises(config.ConfigError, match=r"16 > 12 = min\(groups, filter_k\)"):
+        config.load("bandit", ["algo.filter_strategy=top_k_abs", "algo.filter_k=3"])
+
+
+def test_filter_weights_run_where_the_trainer_holds_the_advantages():
+    config.load("bandit", ["algo.estimator=grpo", "algo.soft_advantage_reweight=true"])
+    config.load("bandit", ["algo.filter_loss_scaling=linear", "trainer.scoring_pass=always"])
+    config.load("bandit", ["algo.estimator=grpo", "algo.filter_loss_scaling=sqrt"])
