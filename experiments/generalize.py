@@ -44,6 +44,7 @@ from ragen.host import threads
 from ragen.rollout.engines import make_generator
 from ragen.run.jsonl import write_atomic
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
+from ragen.train.preflight import check_references
 from ragen.train.trainer import resolve_device
 
 RESULTS = Path(__file__).parent / "results"
@@ -97,7 +98,8 @@ def env_config(env: str, spec: str, overrides: list[str]) -> config.Config:
     """The config ``ragen eval --env ENV --model SPEC`` would run with ``overrides``."""
     preset = config.preset_for_env(env)
     own = env_overrides(env, overrides)
-    return config.load(preset, [*own, f"env.name={env}", f"model.spec={json.dumps(spec)}"])
+    loaded = config.load(preset, [*own, f"env.name={env}", f"model.spec={json.dumps(spec)}"])
+    return check_references(loaded)
 
 
 def kept(folder: Path, fingerprint: dict) -> dict | None:
