@@ -43,7 +43,7 @@ from ragen import config, models, threads
 from ragen.monitor.jsonl import write_atomic
 from ragen.rollout.backends import make_generator
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
-from ragen.train.trainer import resolve_device
+from ragen.train.setup import resolve_device
 
 RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).parent.parent / "docs"

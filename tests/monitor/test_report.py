@@ -211,6 +211,7 @@ def test_report_command_defaults_to_the_run_folder(tmp_path, capsys):
 def test_report_on_a_real_tiny_run(tmp_path):
     from ragen import config
     from ragen.monitor.rundir import create_run_dir
+    from ragen.train.loop import RunLoop
     from ragen.train.trainer import Trainer
 
     cfg = config.load(
@@ -232,7 +233,7 @@ def test_report_on_a_real_tiny_run(tmp_path):
         ],
     )
     run = create_run_dir(tmp_path / "tiny-run", cfg)
-    Trainer(cfg, run).train()
+    RunLoop(Trainer(cfg), run).train()
     written = report.write_report([run.root], tmp_path / "out")
     names = {p.name for p in written.files}
     assert {"success.png", "reward.png", "entropy.png", "grad_norm.png", "length.png"} <= names

@@ -7,6 +7,7 @@ from ragen import config
 from ragen.monitor import report
 from ragen.monitor.jsonl import read_jsonl
 from ragen.monitor.rundir import BEFORE_TRAINING, RunDir, create_run_dir
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 TINY_BANDIT = [
@@ -31,7 +32,10 @@ def _train(root, *overrides, resume=False):
     run = RunDir(root)
     if not resume:
         create_run_dir(run.root, cfg)
-    Trainer(cfg, run, resume=resume).train()
+    loop = RunLoop(Trainer(cfg), run)
+    if resume:
+        loop.resume()
+    loop.train()
     return run
 
 
