@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,9 +37,9 @@ from benchmarks.measure import (
     opening_counts,
 )
 from ragen import config, metric_names
-from ragen.run.rundir import RunDir
 from ragen.train.forward import shared_prefix_length
 from ragen.train.sft import SftTrainer
+from ragen.train.state import RunState
 
 OLD_PATH = ["trainer.update_dtype=float32", "trainer.prefix_sharing=micro_batch"]
 QUIET = [
@@ -72,39 +71,39 @@ def step_counts(trainer: SftTrainer, step: int) -> dict:
 def run_path(preset: str, overrides: list[str], steps: int) -> dict:
     """``steps`` steps of a fresh SftTrainer; per step: update seconds, loss, work."""
     cfg = config.load(preset, [*QUIET, *overrides])
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = SftTrainer(cfg, RunDir(Path(tmp) / "run"))
-        shape = model_shape(trainer.m.policy)
-        dtype = trainer._autocast_dtype() or torch.float32
-        records = []
-        for step in range(steps):
-            counts = step_counts(trainer, step)
-            started = time.perf_counter()
-            metrics = trainer.step(step, None)
-            wall = time.perf_counter() - started
-            # forward and backward (twice the forward) of one decoder and its LM head
-            work = 3 * flops(
-                shape,
-                counts["computed_tokens"],
-                counts["attn_computed"],
-                counts["head_positions"],
-                models_=1,
-            )
-            records.append(
-                {
-                    "step": step,
-                    "wall_s": round(wall, 2),
-                    "update_s": round(metrics["time/update_s"], 2),
-                    "loss": metrics[metric_names.SFT_LOSS],
-                    "gflop": round(work / 1e9, 1),
-                    "counts": counts,
-                }
-            )
-            print(
-                f"  step {step}: update {records[-1]['update_s']:.1f} s, "
-                f"loss {records[-1]['loss']:.4f}, {records[-1]['gflop']:.0f} GFLOP",
-                flush=True,
-            )
+    trainer = SftTrainer(cfg)
+    state = RunState()
+    shape = model_shape(trainer.m.policy)
+    dtype = trainer.update_dtype or torch.float32
+    records = []
+    for step in range(steps):
+        counts = step_counts(trainer, step)
+        started = time.perf_counter()
+        metrics, _ = trainer.step(step, state)
+        wall = time.perf_counter() - started
+        # forward and backward (twice the forward) of one decoder and its LM head
+        work = 3 * flops(
+            shape,
+            counts["computed_tokens"],
+            counts["attn_computed"],
+            counts["head_positions"],
+            models_=1,
+        )
+        records.append(
+            {
+                "step": step,
+                "wall_s": round(wall, 2),
+                "update_s": round(metrics["time/update_s"], 2),
+                "loss": metrics[metric_names.SFT_LOSS],
+                "gflop": round(work / 1e9, 1),
+                "counts": counts,
+            }
+        )
+        print(
+            f"  step {step}: update {records[-1]['update_s']:.1f} s, "
+            f"loss {records[-1]['loss']:.4f}, {records[-1]['gflop']:.0f} GFLOP",
+            flush=True,
+        )
     return {"overrides": overrides, "dtype": dtype, "shape": shape, "steps": records}
 
 

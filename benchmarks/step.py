@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,8 +50,8 @@ from benchmarks.measure import (
 )
 from ragen import config, phases
 from ragen.rollout.trajectory import Trajectory, collate
-from ragen.run.rundir import RunDir
 from ragen.train.forward import shared_prefix_length
+from ragen.train.state import RunState
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateData
 
@@ -197,41 +196,41 @@ def phase_work(trainer: Trainer, shape: dict, roll: dict, work: dict | None) -> 
 def run_path(preset: str, overrides: list[str], steps: int) -> dict:
     """``steps`` steps of a fresh Trainer; per step: wall time, phases, work counts."""
     cfg = config.load(preset, [*QUIET, *overrides])
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, RunDir(Path(tmp) / "run"))
-        shape = model_shape(trainer.m.policy)
-        records = []
-        for step in range(steps):
-            before = vars(trainer.generator.stats).copy()
-            started = time.perf_counter()
-            metrics = trainer.step(step, None)
-            wall = time.perf_counter() - started
-            after = vars(trainer.generator.stats)
-            generated = {k: after[k] - before[k] for k in before if k != "calls"}
-            assert trainer.rollouts is not None
-            kept, _ = trainer.filter(trainer.rollouts)
-            work = update_counts(trainer, kept, step) if kept else None
-            roll = rollout_counts(trainer.rollouts, generated)
-            spent = {name: metrics[phases.metric(name)] for name in phases.NAMES}
-            spent["other"] = wall - sum(spent.values())
-            records.append(
-                {
-                    "step": step,
-                    "wall_s": round(wall, 2),
-                    "phases_s": {k: round(v, 3) for k, v in spent.items()},
-                    "work": phase_work(trainer, shape, roll, work),
-                    "rollout": roll,
-                    "counts": work,
-                    "success": metrics["rollout/success"],
-                    "kept_episodes": len(kept),
-                }
-            )
-            print(f"  step {step}: {wall:.1f} s  {fmt_phases(spent)}", flush=True)
-        dtypes = {
-            "rollout": next(trainer.sampler.model.parameters()).dtype,
-            "update": trainer._autocast_dtype() or torch.float32,
-        }
-        return {"overrides": overrides, "steps": records, "shape": shape, "dtypes": dtypes}
+    trainer = Trainer(cfg)
+    state = RunState()
+    shape = model_shape(trainer.m.policy)
+    records = []
+    for step in range(steps):
+        before = vars(trainer.generator.stats).copy()
+        started = time.perf_counter()
+        metrics, _ = trainer.step(step, state)
+        wall = time.perf_counter() - started
+        after = vars(trainer.generator.stats)
+        generated = {k: after[k] - before[k] for k in before if k != "calls"}
+        assert trainer.rollouts is not None
+        kept, _ = trainer.filter(trainer.rollouts)
+        work = update_counts(trainer, kept, step) if kept else None
+        roll = rollout_counts(trainer.rollouts, generated)
+        spent = {name: metrics[phases.metric(name)] for name in phases.NAMES}
+        spent["other"] = wall - sum(spent.values())
+        records.append(
+            {
+                "step": step,
+                "wall_s": round(wall, 2),
+                "phases_s": {k: round(v, 3) for k, v in spent.items()},
+                "work": phase_work(trainer, shape, roll, work),
+                "rollout": roll,
+                "counts": work,
+                "success": metrics["rollout/success"],
+                "kept_episodes": len(kept),
+            }
+        )
+        print(f"  step {step}: {wall:.1f} s  {fmt_phases(spent)}", flush=True)
+    dtypes = {
+        "rollout": next(trainer.sampler.model.parameters()).dtype,
+        "update": trainer.update_dtype or torch.float32,
+    }
+    return {"overrides": overrides, "steps": records, "shape": shape, "dtypes": dtypes}
 
 
 def fmt_phases(spent: dict) -> str:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,7 +65,7 @@ from benchmarks.measure import (
 from ragen import config, models
 from ragen.algos import aggregate, policy_loss, value_loss
 from ragen.rollout.trajectory import collate
-from ragen.run.rundir import RunDir
+from ragen.train import setup
 from ragen.train.trainer import Trainer, batch_advantages
 from ragen.train.update import UpdateData
 
@@ -116,7 +115,7 @@ def plain_score(trainer: Trainer, kept: list, micro: int) -> UpdateData:
     batch = collate(kept, m.tokenizer.pad_token_id, c.rollout.reward_placement)
     ids, mask, loss_mask = batch.input_ids, batch.attention_mask, batch.loss_mask
     old, values = [], []
-    autocast = trainer._autocast()  # the update's dtype (trainer.update_dtype)
+    autocast = setup.autocast(trainer.device, trainer.update_dtype)  # the update's dtype
     for rows in torch.arange(len(ids)).split(micro):
         with autocast:
             old.append(_plain_logprobs(m.policy, ids[rows], mask[rows], _temperature(trainer))[0])
@@ -152,7 +151,7 @@ def plain_update(trainer: Trainer, data: UpdateData, micro: int) -> None:
     ``ppo_update``."""
     c, m = trainer.config, trainer.m
     policy, critic = m.policy.train(), m.critic
-    autocast = trainer._autocast()  # the update's dtype (trainer.update_dtype)
+    autocast = setup.autocast(trainer.device, trainer.update_dtype)  # the update's dtype
     for rows in torch.arange(len(data.input_ids)).split(c.trainer.mini_batch_size):
         mini_data = data.rows(rows)
         norm = float(mini_data.loss_mask.sum())
@@ -332,9 +331,9 @@ def parse_args() -> argparse.Namespace:
 
 @contextmanager
 def collected(preset: str, overrides: list[str]):
-    """A Trainer of ``preset`` (quiet, monitor off, ``overrides`` last) in a temporary run
-    directory, with the machine's description and one real rollout collected and filtered:
-    yields (trainer, machine description, kept trajectories, rollout figures)."""
+    """A Trainer of ``preset`` (quiet, monitor off, ``overrides`` last), with the machine's
+    description and one real rollout collected and filtered: yields (trainer, machine
+    description, kept trajectories, rollout figures)."""
     cfg = config.load(preset, [*QUIET, "monitor.enabled=false", *overrides])
     if cfg.model.critic_body != "copy":
         # the plain reference trains a critic of its own; `benchmarks/step.py` times this one
@@ -342,12 +341,11 @@ def collected(preset: str, overrides: list[str]):
             "update.py: model.critic_body=policy has no plain reference here; "
             "time it with benchmarks/step.py"
         )
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, RunDir(Path(tmp) / "run"))
-        desc = machine(next(trainer.m.policy.parameters()).dtype)
-        kept, batch = collect_batch(trainer)
-        print(f"rollout: {batch}", flush=True)
-        yield trainer, desc, kept, batch
+    trainer = Trainer(cfg)
+    desc = machine(next(trainer.m.policy.parameters()).dtype)
+    kept, batch = collect_batch(trainer)
+    print(f"rollout: {batch}", flush=True)
+    yield trainer, desc, kept, batch
 
 
 def main() -> None:

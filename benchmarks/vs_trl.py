@@ -322,21 +322,18 @@ def ragen_step(trainer, step: int) -> dict:
 
 
 def run_ragen(cfg, prompt_ids: list[list[int]]) -> dict:
-    from ragen.run.rundir import RunDir
     from ragen.train.trainer import Trainer
 
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, RunDir(Path(tmp) / "run"))
-        steps = []
-        for step in range(cfg.trainer.steps):
-            steps.append(ragen_step(trainer, step))
-            if step == 0:
-                # the preset's rollout: check that TRL's "ragen" prompts are its very tokens
-                same = all(
-                    t.token_ids[: t.loss_mask.index(1)] == prompt_ids[t.group]
-                    for t in trainer.rollouts
-                )
-            print(f"  ragen step {step}: {_brief(steps[-1])}", flush=True)
+    trainer = Trainer(cfg)
+    steps = []
+    for step in range(cfg.trainer.steps):
+        steps.append(ragen_step(trainer, step))
+        if step == 0:
+            # the preset's rollout: check that TRL's "ragen" prompts are its very tokens
+            same = all(
+                t.token_ids[: t.loss_mask.index(1)] == prompt_ids[t.group] for t in trainer.rollouts
+            )
+        print(f"  ragen step {step}: {_brief(steps[-1])}", flush=True)
     return {
         "variant": "ragen (bandit preset, algo.estimator=grpo)",
         "prompt_tokens_mean": round(statistics.fmean(len(p) for p in prompt_ids), 1),

@@ -45,7 +45,7 @@ from ragen.rollout.engines import make_generator
 from ragen.run.jsonl import write_atomic
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
 from ragen.train.preflight import check_references
-from ragen.train.trainer import resolve_device
+from ragen.train.setup import resolve_device
 
 RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).parent.parent / "docs"

@@ -60,9 +60,11 @@ from ragen.report.write import write_report
 from ragen.run.jsonl import read_jsonl, write_atomic
 from ragen.run.rundir import RunDir, create_run_dir, rewrite_config
 from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
+from ragen.train.loop import RunLoop
 from ragen.train.preflight import check_references
+from ragen.train.resume import check_resume
 from ragen.train.sft import SftTrainer
-from ragen.train.trainer import Trainer, check_resume
+from ragen.train.trainer import Trainer
 
 RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).parent.parent / "docs"
@@ -70,7 +72,9 @@ BASE_FILE = "base_eval.json"
 RESULT_FILE = "learn.json"  # the run's own copy of its result, read by --resume
 
 
-def evaluate_all(trainer: Trainer, n: int, temperature: float, out: Path) -> dict[str, dict]:
+def evaluate_all(
+    trainer: Trainer | SftTrainer, n: int, temperature: float, out: Path
+) -> dict[str, dict]:
     """Evaluation summary per eval env on the fixed seeds; the episodes are kept in ``out``.
 
     ``out`` becomes a standalone evaluation folder (``ragen view`` opens it), so a surprising
@@ -495,8 +499,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     args.stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     cfg, run, base, before = prepare(args)
-    trainer = (SftTrainer if args.sft else Trainer)(cfg, run, resume=bool(args.resume))
+    trainer = (SftTrainer if args.sft else Trainer)(cfg)
+    loop = RunLoop(trainer, run)
     if args.resume:  # recorded once the checkpoint has loaded, as `ragen train --resume` does
+        loop.resume()
         rewrite_config(run, cfg)
         print_base(base, f"the run's own base evaluation ({run.root / BASE_FILE})")
     elif base is not None:
@@ -515,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
     # `kill` stops a run in the background as Ctrl-C does one in a terminal
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        trainer.train()
+        loop.train()
     except KeyboardInterrupt:  # a stopped run is recorded, without a final evaluation
         stopped = "interrupted during training (Ctrl-C or kill); no final evaluation"
     finally:

@@ -16,6 +16,7 @@ import pytest
 from ragen import config
 from ragen.cli import main
 from ragen.run.rundir import create_run_dir
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 SMALL = [
@@ -128,7 +129,7 @@ def run_dir(tmp_path_factory):
     """A finished 1-step run of the tiny model, for the viewer's export."""
     cfg = config.load("bandit", [*SMALL, "trainer.steps=1", "trainer.save_every=0"])
     run = create_run_dir(tmp_path_factory.mktemp("disk") / "run", cfg)
-    Trainer(cfg, run).train()
+    RunLoop(Trainer(cfg), run).train()
     return run.root
 
 

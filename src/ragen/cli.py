@@ -122,7 +122,7 @@ def _resumed(path: str, overrides: list[str], command: str):
     from ragen import config
     from ragen.run.rundir import RunDir
     from ragen.train.preflight import check_references
-    from ragen.train.trainer import check_resume
+    from ragen.train.resume import check_resume
 
     run = RunDir(Path(path), command=command)
     if not run.config.is_file():
@@ -174,8 +174,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return _run_loop(Trainer, cfg, run, resume=bool(args.resume))
 
 
-def _run_loop(loop, cfg, run, *, resume: bool) -> int:
-    """Check that ``cfg`` can run, then run the training ``loop`` (Trainer or SftTrainer) in
+def _run_loop(trainer_class, cfg, run, *, resume: bool) -> int:
+    """Check that ``cfg`` can run, then run a ``trainer_class`` (Trainer or SftTrainer) in
     ``run``: a new run directory or, with ``resume``, the run continued from its checkpoint."""
     from contextlib import ExitStack
 
@@ -183,7 +183,8 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
     from ragen.run.lock import hold
     from ragen.run.rundir import create_run_dir, rewrite_config
     from ragen.train import distributed, preflight
-    from ragen.train.trainer import resolve_device
+    from ragen.train.loop import RunLoop
+    from ragen.train.setup import resolve_device
 
     preflight.import_envs(cfg)  # user code, imported only now that a run starts
     preflight.check_runnable(cfg)  # builds the worked turns of the envs just imported
@@ -201,19 +202,21 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
             distributed.on_main(lambda: create_run_dir(run.root, cfg))
         if main:
             print(f"run directory: {run.root}")
-        trainer = loop(cfg, run, resume=resume)
-        if trainer.start_step >= trainer.steps:  # a finished run resumed: nothing to record
+        loop = RunLoop(trainer_class(cfg), run)
+        if resume:
+            loop.resume()
+        if loop.start_step >= loop.steps:  # a finished run resumed: nothing to record
             if main:
                 key = "sft.steps" if run.command == "sft" else "trainer.steps"
                 print(
-                    f"nothing left to train: {run.root} has done {key}={trainer.steps}; "
+                    f"nothing left to train: {run.root} has done {key}={loop.steps}; "
                     f"config.yaml is unchanged (raise {key} to train more)"
                 )
             return EXIT_OK
         if resume:  # recorded once the checkpoint has loaded and a step is left to train
             distributed.on_main(lambda: rewrite_config(run, cfg))
         try:
-            trainer.train()
+            loop.train()
         except KeyboardInterrupt:
             if main:
                 print(
@@ -221,9 +224,9 @@ def _run_loop(loop, cfg, run, *, resume: bool) -> int:
                     file=sys.stderr,
                 )
             return 130
-        if trainer.diverged is not None:
+        if loop.state.diverged is not None:
             if main:
-                print(f"ragen: stopped: {trainer.diverged}", file=sys.stderr)
+                print(f"ragen: stopped: {loop.state.diverged}", file=sys.stderr)
             return EXIT_FAIL
         if main:
             print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
@@ -321,7 +324,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         import_envs,
         import_reward_terms,
     )
-    from ragen.train.trainer import resolve_device
+    from ragen.train.setup import resolve_device
 
     cfg = _eval_config(args)  # everything is checked before the model loads
     out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")

@@ -13,6 +13,7 @@ from ragen import config
 from ragen.rollout.loop import EVAL_SEED_BASE
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 BASE = {"sokoban": {"success": 0.1016, "format_ok": 0.975, "reward_mean": 0.21, "seconds": 1.0}}
@@ -118,7 +119,7 @@ def test_each_evaluation_keeps_its_episodes_and_its_full_summary(tmp_path):
     run = RunDir(tmp_path / "run")
     create_run_dir(run.root, cfg)
     out = run.root / "eval-base"
-    summary = learn.evaluate_all(Trainer(cfg, run), 3, 0.5, out)["sokoban"]
+    summary = learn.evaluate_all(Trainer(cfg), 3, 0.5, out)["sokoban"]
     episodes = read_jsonl(out / "trajectories" / "eval.jsonl").records
     assert [e["seed"] for e in episodes] == [EVAL_SEED_BASE, EVAL_SEED_BASE + 1, EVAL_SEED_BASE + 2]
     assert summary["episodes"] == 3 and summary["temperature"] == 0.5
@@ -140,14 +141,14 @@ def _kill():
 def test_a_run_stopped_with_ctrl_c_or_kill_is_recorded_without_a_final_evaluation(
     tmp_path, monkeypatch, capsys, stop
 ):
-    train = Trainer.train
+    train = RunLoop.train
     handler = signal.getsignal(signal.SIGTERM)
 
     def one_step_then_stop(self):
         train(self)
         stop()
 
-    monkeypatch.setattr(learn.Trainer, "train", one_step_then_stop)
+    monkeypatch.setattr(learn.RunLoop, "train", one_step_then_stop)
     monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
     overrides = ["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"]
@@ -228,13 +229,13 @@ def test_a_run_that_dies_while_training_is_resumed_with_the_minutes_it_trained(
 ):
     monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
-    train = Trainer.train
+    train = RunLoop.train
 
     def one_step_then_die(self):  # what a kill or a full disk looks like from learn.py
         train(self)
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(learn.Trainer, "train", one_step_then_die)
+    monkeypatch.setattr(learn.RunLoop, "train", one_step_then_die)
     run = tmp_path / "run"
     with pytest.raises(OSError):
         learn.main(["sokoban", *TINY_RUN, "trainer.steps=1", "--eval-n", "2", "--out", str(run)])
@@ -244,7 +245,7 @@ def test_a_run_that_dies_while_training_is_resumed_with_the_minutes_it_trained(
     (logged,) = read_jsonl(run / "metrics.jsonl").records
     trained = (logged["time"] - died["training_started"]) / 60
     assert trained > 0
-    monkeypatch.setattr(learn.Trainer, "train", train)
+    monkeypatch.setattr(learn.RunLoop, "train", train)
     learn.main(["--resume", str(run), "trainer.steps=2", "--eval-n", "2", "--name", "again"])
     result = json.loads((tmp_path / "results" / "learn_again.json").read_text())
     assert result["steps"] == 2 and result["resumed"]["train_minutes"] == pytest.approx(trained)

@@ -17,6 +17,7 @@ from ragen.rollout.engines import make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 pytestmark = [
@@ -45,9 +46,11 @@ def _train(tmp_path, name, *overrides, resume=False):
     run = RunDir(tmp_path / name)
     if not resume:
         create_run_dir(run.root, cfg)
-    trainer = Trainer(cfg, run, resume=resume)
-    trainer.train()
-    return trainer, run
+    loop = RunLoop(Trainer(cfg), run)
+    if resume:
+        loop.resume()
+    loop.train()
+    return loop, run
 
 
 def _stable(record):
@@ -101,8 +104,8 @@ def test_embedded_hf_matches_naive_greedy_on_cuda(dtype):
 
 
 def test_training_runs_on_cuda_and_reports_peak_memory(tmp_path):
-    trainer, run = _train(tmp_path, "a", "trainer.steps=2")
-    assert next(trainer.m.policy.parameters()).device.type == "cuda"
+    loop, run = _train(tmp_path, "a", "trainer.steps=2")
+    assert next(loop.trainer.m.policy.parameters()).device.type == "cuda"
     records = read_jsonl(run.metrics).records
     assert [r["step"] for r in records] == [0, 1]
     assert all(
@@ -119,7 +122,7 @@ def test_the_same_run_twice_on_cuda_gives_the_same_metrics_and_weights(tmp_path)
     b = [_stable(r) for r in read_jsonl(run_b.metrics).records]
     assert a == b
     # Metrics can agree while a gradient differs in its last bits; the weights cannot.
-    wa, wb = first.m.policy.state_dict(), second.m.policy.state_dict()
+    wa, wb = first.trainer.m.policy.state_dict(), second.trainer.m.policy.state_dict()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
@@ -132,12 +135,12 @@ def test_resume_on_cuda_replays_the_uninterrupted_run(tmp_path):
     a = [_stable(r) for r in read_jsonl(run_a.metrics).records]
     b = [_stable(r) for r in read_jsonl(run_b.metrics).records]
     assert a == b
-    wa, wb = straight.m.policy.state_dict(), resumed.m.policy.state_dict()
+    wa, wb = straight.trainer.m.policy.state_dict(), resumed.trainer.m.policy.state_dict()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_lora_trains_on_cuda(tmp_path):
-    trainer, run = _train(
+    loop, run = _train(
         tmp_path,
         "lora",
         "model.lora_rank=4",
@@ -145,9 +148,9 @@ def test_lora_trains_on_cuda(tmp_path):
         "trainer.steps=1",
         "algo.estimator=grpo",
     )
-    trainable = [n for n, p in trainer.m.policy.named_parameters() if p.requires_grad]
+    trainable = [n for n, p in loop.trainer.m.policy.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
-    assert all(p.device.type == "cuda" for p in trainer.m.policy.parameters())
+    assert all(p.device.type == "cuda" for p in loop.trainer.m.policy.parameters())
     merged, _ = models.load_policy(str(run.checkpoint(1)), dtype="float32")
     assert not any("lora" in n for n in merged.state_dict())
 
@@ -170,7 +173,7 @@ def test_a_gpu_checkpoint_resumes_on_the_cpu(tmp_path):
         "trainer.device=cpu",
         resume=True,
     )
-    assert resumed.start_step == 1 and resumed.device.type == "cpu"
+    assert resumed.start_step == 1 and resumed.trainer.device.type == "cpu"
     assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
 
 

@@ -169,6 +169,7 @@ def test_same_named_runs_are_told_apart(tmp_path):
 def test_report_on_a_real_tiny_run(tmp_path):
     from ragen import config
     from ragen.run.rundir import create_run_dir
+    from ragen.train.loop import RunLoop
     from ragen.train.trainer import Trainer
 
     cfg = config.load(
@@ -190,7 +191,7 @@ def test_report_on_a_real_tiny_run(tmp_path):
         ],
     )
     run = create_run_dir(tmp_path / "tiny-run", cfg)
-    Trainer(cfg, run).train()
+    RunLoop(Trainer(cfg), run).train()
     written = write_report([run.root], tmp_path / "out")
     names = {p.name for p in written.files}
     assert {"success.png", "reward.png", "entropy.png", "grad_norm.png", "length.png"} <= names

@@ -21,7 +21,7 @@ from ragen.run import lock
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir
 from ragen.study import outputs, runner, spec
-from ragen.train.trainer import Trainer
+from ragen.train.loop import RunLoop
 
 TINY = (
     "[model.spec=tiny, rollout.groups=4, rollout.group_size=2, trainer.mini_batch_size=4, "
@@ -98,14 +98,14 @@ def test_a_killed_study_resumes_without_redoing_what_it_finished(tmp_path, study
     out = tmp_path / "out"
     study = spec.load_study(str(study_file))
     planned = spec.plan(study, "cpu", 1, out)
-    save = Trainer.maybe_checkpoint
+    save = RunLoop.maybe_checkpoint
 
     def killed_after_first_checkpoint(self, step, last=False):
         save(self, step, last)
         if self.config.algo.filter_ratio == 0.5:
             raise KeyboardInterrupt  # Ctrl-C in the second run, its step 1 saved
 
-    monkeypatch.setattr(Trainer, "maybe_checkpoint", killed_after_first_checkpoint)
+    monkeypatch.setattr(RunLoop, "maybe_checkpoint", killed_after_first_checkpoint)
     calls = []
     with pytest.raises(runner.StudyError, match="keep-half seed 0 ended with exit status 130"):
         runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
@@ -113,7 +113,7 @@ def test_a_killed_study_resumes_without_redoing_what_it_finished(tmp_path, study
     finished = (out / "keep-all" / "seed-0" / "metrics.jsonl").read_bytes()
     assert (out / "keep-half" / "seed-0" / "checkpoints").is_dir()  # unfinished: kept
 
-    monkeypatch.setattr(Trainer, "maybe_checkpoint", save)
+    monkeypatch.setattr(RunLoop, "maybe_checkpoint", save)
     calls.clear()
     runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))
     assert calls == [("keep-half", True)]  # resumed from its checkpoint, keep-all kept

@@ -12,6 +12,7 @@ from ragen import config, models
 from ragen.run.rundir import create_run_dir
 from ragen.train import checkpoint
 from ragen.train.forward import SharedOpening, state_values
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 # One quick step of the tiny model on Bandit with a critic that learns fast.
@@ -80,9 +81,9 @@ def test_config_refuses_zero_critic_layers():
 def test_a_run_trains_the_cut_critic_and_checkpoints_only_its_layer(tmp_path):
     cfg = config.load("bandit", [*ONE_STEP, "model.critic_layers=1"])
     run = create_run_dir(tmp_path / "run", cfg)
-    trainer = Trainer(cfg, run)
+    trainer = Trainer(cfg)
     before = copy.deepcopy(trainer.m.critic.state_dict())
-    trainer.train()
+    RunLoop(trainer, run).train()
     after = trainer.m.critic.state_dict()
     assert len(trainer.m.critic.body.layers) == 1
     assert len(trainer.m.policy.get_decoder().layers) == 2

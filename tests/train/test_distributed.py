@@ -29,6 +29,7 @@ from ragen.config import ConfigError
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train import fsdp
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 RUN = [
@@ -191,7 +192,7 @@ def one_process(tmp_path_factory) -> RunDir:
     cfg = config.load("sokoban", [*RUN, "trainer.steps=4"])
     run = create_run_dir(tmp_path_factory.mktemp("one") / "run", cfg)
     with _one_thread():
-        Trainer(cfg, run).train()
+        RunLoop(Trainer(cfg), run).train()
     return run
 
 
@@ -236,7 +237,7 @@ def sharded_reference(tmp_path_factory) -> RunDir:
     cfg = config.load("sokoban", [*RUN, "trainer.prefix_sharing=micro_batch", "trainer.steps=4"])
     run = create_run_dir(tmp_path_factory.mktemp("one-micro") / "run", cfg)
     with _one_thread():
-        Trainer(cfg, run).train()
+        RunLoop(Trainer(cfg), run).train()
     return run
 
 
@@ -318,9 +319,8 @@ def test_parallel_settings_that_cannot_run_are_refused(overrides, message):
     assert message in str(err.value)
 
 
-def test_fsdp_in_one_process_says_it_has_no_effect(tmp_path, capsys):
-    cfg = config.load("sokoban", [*RUN, *FSDP])
-    trainer = Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
+def test_fsdp_in_one_process_says_it_has_no_effect(capsys):
+    trainer = Trainer(config.load("sokoban", [*RUN, *FSDP]))
     assert "trainer.parallel=fsdp has no effect in one process" in capsys.readouterr().out
     assert not fsdp.is_sharded(trainer.m.policy)
 

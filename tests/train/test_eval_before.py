@@ -8,6 +8,7 @@ from ragen.report.runs import load_run
 from ragen.report.summary import story
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import BEFORE_TRAINING, RunDir, create_run_dir
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 TINY_BANDIT = [
@@ -32,7 +33,10 @@ def _train(root, *overrides, resume=False):
     run = RunDir(root)
     if not resume:
         create_run_dir(run.root, cfg)
-    Trainer(cfg, run, resume=resume).train()
+    loop = RunLoop(Trainer(cfg), run)
+    if resume:
+        loop.resume()
+    loop.train()
     return run
 
 

@@ -11,6 +11,7 @@ from ragen.algos import sampled_entropy
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import create_run_dir
 from ragen.train import checkpoint
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 SMALL = [
@@ -39,9 +40,8 @@ class ConstantReturns(Trainer):
         return episodes
 
 
-def _trainer(tmp_path, *overrides, cls=Trainer, name="run"):
-    cfg = config.load("sokoban", [*SMALL, *overrides])
-    return cls(cfg, create_run_dir(tmp_path / name, cfg))
+def _trainer(*overrides, cls=Trainer):
+    return cls(config.load("sokoban", [*SMALL, *overrides]))
 
 
 def _group_means(episodes, value):
@@ -61,9 +61,9 @@ def _group_means(episodes, value):
         ),
     ],
 )
-def test_the_filter_scores_groups_by_what_their_episodes_hold(tmp_path, metric, value):
+def test_the_filter_scores_groups_by_what_their_episodes_hold(metric, value):
     trainer = _trainer(
-        tmp_path, f"algo.filter_metric={metric}", "algo.filter_strategy=top_k_abs"
+        f"algo.filter_metric={metric}", "algo.filter_strategy=top_k_abs"
     )  # filter_k: 2 of the 4 groups
     episodes = trainer.collect(0)
     means = _group_means(episodes, value)
@@ -73,9 +73,8 @@ def test_the_filter_scores_groups_by_what_their_episodes_hold(tmp_path, metric, 
     assert metrics["filter/score_mean_all"] == pytest.approx(sum(means.values()) / 4)
 
 
-def test_loss_scaling_and_soft_reweight_weigh_the_kept_advantages(tmp_path):
+def test_loss_scaling_and_soft_reweight_weigh_the_kept_advantages():
     trainer = _trainer(
-        tmp_path,
         "algo.estimator=grpo",
         "algo.filter_ratio=0.5",
         "algo.filter_loss_scaling=linear",
@@ -108,20 +107,22 @@ def test_empty_steps_in_a_row_stop_the_run_and_resume_counting(tmp_path, capsys)
         "algo.filter_include_zero=false",
         "algo.filter_empty_stop_steps=2",
     ]
-    trainer = _trainer(tmp_path, *overrides, cls=ConstantReturns)
-    trainer.train()
-    run = trainer.run
+    trainer = _trainer(*overrides, cls=ConstantReturns)
+    run = create_run_dir(tmp_path / "run", trainer.config)
+    loop = RunLoop(trainer, run)
+    loop.train()
     records = read_jsonl(run.metrics).records
     assert [r["step"] for r in records] == [0, 1]
     assert all(r["filter/empty"] == 1 and r["actor/optimizer_steps"] == 0 for r in records)
-    assert trainer.stopped_at == 1
+    assert loop.state.stopped_at == 1
     assert "the filter kept no group 2 steps in a row" in capsys.readouterr().out
     assert checkpoint.complete_checkpoints(run) == [run.checkpoint(2)]
     state = json.loads((run.checkpoint(2) / checkpoint.STATE_FILE).read_text())
     assert state["empty_steps"] == 2
     # resumed, the run still counts the two: its next empty step is the third in a row
-    resumed = ConstantReturns(trainer.config, run, resume=True)
-    assert resumed.empty_steps == 2
+    resumed = RunLoop(ConstantReturns(trainer.config), run)
+    resumed.resume()
+    assert resumed.state.empty_steps == 2
     resumed.train()
     assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1, 2]
-    assert resumed.stopped_at == 2
+    assert resumed.state.stopped_at == 2

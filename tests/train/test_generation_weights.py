@@ -7,7 +7,6 @@ import torch
 
 from ragen import config
 from ragen.rollout.engines.base import weights_version
-from ragen.run.rundir import create_run_dir
 from ragen.train.generation_weights import GenerationWeights
 from ragen.train.trainer import Trainer
 
@@ -51,7 +50,7 @@ def test_float32_samples_with_the_master_itself(tiny):
     weights.refresh()
 
 
-def test_the_trainer_rolls_out_with_the_copy_refreshed_after_the_weights_change(tmp_path):
+def test_the_trainer_rolls_out_with_the_copy_refreshed_after_the_weights_change():
     cfg = config.load(
         "bandit",
         [
@@ -67,7 +66,7 @@ def test_the_trainer_rolls_out_with_the_copy_refreshed_after_the_weights_change(
             "logging.tensorboard=false",
         ],
     )
-    trainer = Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
+    trainer = Trainer(cfg)
     sampler = trainer.sampler.model
     assert trainer.generator.model is sampler  # type: ignore[attr-defined]
     assert next(sampler.parameters()).dtype == torch.bfloat16
@@ -78,8 +77,5 @@ def test_the_trainer_rolls_out_with_the_copy_refreshed_after_the_weights_change(
     assert _equal_to_cast(sampler, trainer.m.policy, torch.bfloat16)
 
     # with float32 the rollout samples with the master weights themselves
-    plain = Trainer(
-        config.load("bandit", ["model.spec=tiny", "model.dtype=float32"]),
-        create_run_dir(tmp_path / "plain", cfg),
-    )
+    plain = Trainer(config.load("bandit", ["model.spec=tiny", "model.dtype=float32"]))
     assert plain.generator.model is plain.m.policy  # type: ignore[attr-defined]

@@ -23,8 +23,10 @@ from ragen.rollout.loop import RolloutSpec
 from ragen.rollout.trajectory import collate
 from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train.forward import token_logprobs
+from ragen.train.loop import RunLoop
+from ragen.train.setup import adamw
 from ragen.train.sft import supervised_update
-from ragen.train.trainer import Trainer, adamw
+from ragen.train.trainer import Trainer
 
 ARMS = ("Cat", "Dog")
 TINY = [
@@ -116,8 +118,8 @@ def test_rl_raises_the_probability_of_the_paying_arm(cold_start, tmp_path, pays)
     )
     run = RunDir(tmp_path / "run")
     create_run_dir(run.root, cfg)
-    trainer = Trainer(cfg, run)
-    trainer.train()
+    trainer = Trainer(cfg)
+    RunLoop(trainer, run).train()
     spec = RolloutSpec.from_config(cfg.rollout)
     after = {a: _reply_probability(trainer.m.policy, trainer.m.tokenizer, spec, a) for a in ARMS}
     assert after[pays] > before[pays] + 0.1, (before, after)

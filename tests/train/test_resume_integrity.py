@@ -11,6 +11,7 @@ from ragen import config
 from ragen.cli import main
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
+from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 SMALL = [
@@ -73,7 +74,7 @@ def two_steps(tmp_path_factory, tiny):
     """A finished 2-step run with a checkpoint after each step."""
     cfg = config.load("bandit", [*SMALL, "trainer.steps=2", "trainer.save_every=1"])
     run = create_run_dir(tmp_path_factory.mktemp("two") / "run", cfg)
-    Trainer(cfg, run).train()
+    RunLoop(Trainer(cfg), run).train()
     return run
 
 

@@ -11,7 +11,6 @@ import torch
 
 from ragen import config
 from ragen.rollout.expert import ExpertGenerator
-from ragen.run.rundir import create_run_dir
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateSettings, by_length, mini_batch_rows, ppo_update
 
@@ -49,9 +48,8 @@ class GradientRecorder(torch.optim.SGD):
         return super().step(closure)
 
 
-def _trainer(tmp_path, name: str, *overrides: str) -> Trainer:
-    cfg = config.load("sokoban", [*SMALL, *overrides])
-    return Trainer(cfg, create_run_dir(tmp_path / name, cfg))
+def _trainer(*overrides: str) -> Trainer:
+    return Trainer(config.load("sokoban", [*SMALL, *overrides]))
 
 
 def _episodes(trainer: Trainer):
@@ -88,9 +86,9 @@ def _update(trainer: Trainer, episodes) -> tuple[dict, dict[str, list[torch.Tens
     ],
     ids=["gae", "gae-lam0.9", "bi_level_gae", "grpo", "gae-kl"],
 )
-def test_an_on_policy_update_without_a_scoring_pass_takes_the_same_step(tmp_path, overrides):
-    shortcut = _trainer(tmp_path, "auto", *overrides)
-    scored = _trainer(tmp_path, "always", *overrides, "trainer.scoring_pass=always")
+def test_an_on_policy_update_without_a_scoring_pass_takes_the_same_step(overrides):
+    shortcut = _trainer(*overrides)
+    scored = _trainer(*overrides, "trainer.scoring_pass=always")
     episodes = _episodes(shortcut)
     assert all(len(t.turns) >= 2 for t in episodes)  # several reply segments in a row
 
@@ -128,8 +126,8 @@ def test_an_on_policy_update_without_a_scoring_pass_takes_the_same_step(tmp_path
     [["trainer.ppo_epochs=2"], ["trainer.mini_batch_size=2"], ["trainer.scoring_pass=always"]],
     ids=["two-epochs", "two-mini-batches", "always"],
 )
-def test_an_update_that_is_not_on_policy_scores_first(tmp_path, overrides):
-    trainer = _trainer(tmp_path, "run", *overrides)
+def test_an_update_that_is_not_on_policy_scores_first(overrides):
+    trainer = _trainer(*overrides)
     data = trainer.prepare(_episodes(trainer))
     assert data.old_logprobs is not None and data.old_values is not None
     assert data.advantages is not None
@@ -148,19 +146,19 @@ def _assert_same_step(got_trainer: Trainer, want_trainer: Trainer) -> None:
 
 
 @pytest.mark.parametrize("scoring_pass", ["auto", "always"])
-def test_the_opening_run_once_per_mini_batch_takes_the_same_step(tmp_path, scoring_pass):
+def test_the_opening_run_once_per_mini_batch_takes_the_same_step(scoring_pass):
     # trainer.prefix_sharing: mini_batch runs the shared opening once for the update's two
     # micro-batches (and once for the scoring pass's), micro_batch once for each of them
     common = ["algo.estimator=gae", f"trainer.scoring_pass={scoring_pass}"]
-    once = _trainer(tmp_path, "once", *common)
-    each = _trainer(tmp_path, "each", *common, "trainer.prefix_sharing=micro_batch")
+    once = _trainer(*common)
+    each = _trainer(*common, "trainer.prefix_sharing=micro_batch")
     _assert_same_step(once, each)
 
 
-def test_micro_batches_of_rows_of_like_length_take_the_same_step(tmp_path):
+def test_micro_batches_of_rows_of_like_length_take_the_same_step():
     common = ["algo.estimator=gae", "trainer.micro_batch_size=1"]
-    sorted_ = _trainer(tmp_path, "sorted", *common)
-    shuffled = _trainer(tmp_path, "shuffled", *common, "trainer.sort_micro_batches=false")
+    sorted_ = _trainer(*common)
+    shuffled = _trainer(*common, "trainer.sort_micro_batches=false")
     _assert_same_step(sorted_, shuffled)
 
 

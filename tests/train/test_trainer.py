@@ -18,8 +18,9 @@ from ragen.algos.gigpo import anchor_ids, gigpo
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train import checkpoint
+from ragen.train.loop import RunLoop
 from ragen.train.scoring import policy_logprobs
-from ragen.train.trainer import Trainer, out_of_budget, step_env_seeds
+from ragen.train.trainer import Trainer, step_env_seeds
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
 
 SMALL = [
@@ -46,20 +47,15 @@ def _train(tmp_path, name, *overrides, resume=False):
     run = RunDir(tmp_path / name)
     if not resume:
         create_run_dir(run.root, cfg)
-    trainer = Trainer(cfg, run, resume=resume)
-    trainer.train()
-    return trainer, run
+    loop = RunLoop(Trainer(cfg), run)
+    if resume:
+        loop.resume()
+    loop.train()
+    return loop, run
 
 
 def _stable(record):
     return {k: v for k, v in record.items() if not k.startswith(("time", "perf/"))}
-
-
-def test_a_budget_ends_the_run_before_a_step_that_would_pass_it():
-    # 3 steps in 90 s: a 4th at 30 s ends at 120 s.
-    assert not out_of_budget(90.0, 3, 120.0)
-    assert out_of_budget(90.0, 3, 119.9)
-    assert out_of_budget(1.0, 0, 1.5)  # before any step: the elapsed time is the pace
 
 
 def test_env_seeds_are_fresh_each_step_and_below_eval_seeds():
@@ -70,8 +66,8 @@ def test_env_seeds_are_fresh_each_step_and_below_eval_seeds():
 
 def test_training_changes_weights_and_writes_the_run(tmp_path):
     before = models.load_policy("tiny", dtype="float32")[0].state_dict()
-    trainer, run = _train(tmp_path, "run", "trainer.steps=2", "trainer.save_every=1")
-    after = trainer.m.policy.state_dict()
+    loop, run = _train(tmp_path, "run", "trainer.steps=2", "trainer.save_every=1")
+    after = loop.trainer.m.policy.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     records = read_jsonl(run.metrics).records
     assert [r["step"] for r in records] == [0, 1]
@@ -115,9 +111,9 @@ def test_resume_replays_the_uninterrupted_run(tmp_path):
     b = [_stable(r) for r in read_jsonl(run_b.metrics).records]
     assert a == b
     assert [r["actor/lr"] for r in a] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
-    wa, wb = straight.m.policy.state_dict(), resumed.m.policy.state_dict()
+    wa, wb = straight.trainer.m.policy.state_dict(), resumed.trainer.m.policy.state_dict()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    ca, cb = straight.m.critic.state_dict(), resumed.m.critic.state_dict()
+    ca, cb = straight.trainer.m.critic.state_dict(), resumed.trainer.m.critic.state_dict()
     assert all(torch.equal(ca[k], cb[k]) for k in ca)
 
 
@@ -165,16 +161,16 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, ragen_home):
 
 
 def test_grpo_trains_without_a_critic(tmp_path):
-    trainer, run = _train(tmp_path, "grpo", "algo.estimator=grpo", "trainer.steps=1")
-    assert trainer.m.critic is None and "critic" not in trainer.m.optimizers
+    loop, run = _train(tmp_path, "grpo", "algo.estimator=grpo", "trainer.steps=1")
+    assert loop.trainer.m.critic is None and "critic" not in loop.trainer.m.optimizers
     record = read_jsonl(run.metrics).records[0]
     assert "actor/pg_loss" in record and "critic/value_loss" not in record
     assert not (run.checkpoint(1) / "critic_trainable.safetensors").exists()
 
 
-def test_gigpo_gives_each_turn_the_credit_of_its_anchor_group(tmp_path):
+def test_gigpo_gives_each_turn_the_credit_of_its_anchor_group():
     overrides = ("algo.estimator=gigpo", "rollout.reward_placement=per_turn", "algo.filter_ratio=1")
-    trainer = Trainer(_config(*overrides, "trainer.steps=1"), RunDir(tmp_path / "g"))
+    trainer = Trainer(_config(*overrides, "trainer.steps=1"))
     kept, _ = trainer.filter(trainer.collect(0))
     data = trainer.prepare(kept)
     assert trainer.m.critic is None and data.advantages is not None
@@ -204,7 +200,7 @@ def test_gigpo_gives_each_turn_the_credit_of_its_anchor_group(tmp_path):
 
 
 def test_lora_trains_only_adapters_and_saves_a_merged_model(tmp_path):
-    trainer, run = _train(
+    loop, run = _train(
         tmp_path,
         "lora",
         "model.lora_rank=4",
@@ -212,7 +208,7 @@ def test_lora_trains_only_adapters_and_saves_a_merged_model(tmp_path):
         "trainer.steps=1",
         "algo.estimator=grpo",
     )
-    trainable = [n for n, p in trainer.m.policy.named_parameters() if p.requires_grad]
+    trainable = [n for n, p in loop.trainer.m.policy.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     merged, _ = models.load_policy(str(run.checkpoint(1)), dtype="float32")
     assert not any("lora" in n for n in merged.state_dict())
@@ -275,9 +271,8 @@ def test_a_batch_smaller_than_the_mini_batch_is_one_optimiser_step():
     assert stats["actor/optimizer_steps"] == 1 and stats["actor/skipped_steps"] == 0
 
 
-def _trainer(tmp_path, *overrides):
-    cfg = _config("trainer.steps=1", *overrides)
-    return Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
+def _trainer(*overrides):
+    return Trainer(_config("trainer.steps=1", *overrides))
 
 
 def _spread_returns(episodes):
@@ -289,8 +284,8 @@ def _spread_returns(episodes):
     return episodes
 
 
-def test_gae_advantages_are_whitened_and_their_targets_are_not(tmp_path):
-    trainer = _trainer(tmp_path, "algo.filter_ratio=1")
+def test_gae_advantages_are_whitened_and_their_targets_are_not():
+    trainer = _trainer("algo.filter_ratio=1")
     assert trainer.config.algo.whiten_advantages is None  # the default: by estimator
     data = trainer.prepare(_spread_returns(trainer.collect(0)))
     on = data.loss_mask != 0
@@ -303,8 +298,8 @@ def test_gae_advantages_are_whitened_and_their_targets_are_not(tmp_path):
     torch.testing.assert_close(data.advantages, whiten(raw, data.loss_mask))
 
 
-def test_grpo_advantages_are_not_whitened(tmp_path):
-    trainer = _trainer(tmp_path, "algo.estimator=grpo", "algo.filter_ratio=1")
+def test_grpo_advantages_are_not_whitened():
+    trainer = _trainer("algo.estimator=grpo", "algo.filter_ratio=1")
     data = trainer.prepare(_spread_returns(trainer.collect(0)))
     # each group holds returns 2g and 2g + 1: (s - mean) / (std + 1e-6) = ±.5 / .500001
     sign = torch.tensor([-1.0, 1.0]).repeat(len(data.advantages) // 2)[:, None]
@@ -313,7 +308,7 @@ def test_grpo_advantages_are_not_whitened(tmp_path):
 
 
 def test_a_step_whose_groups_are_all_dropped_skips_the_update(tmp_path, monkeypatch):
-    trainer = _trainer(tmp_path, "algo.filter_mode=top_p", "algo.filter_include_zero=false")
+    trainer = _trainer("algo.filter_mode=top_p", "algo.filter_include_zero=false")
     collect = trainer.collect
 
     def constant_returns(step):  # every group's returns equal: no group has any std
@@ -325,12 +320,13 @@ def test_a_step_whose_groups_are_all_dropped_skips_the_update(tmp_path, monkeypa
 
     monkeypatch.setattr(trainer, "collect", constant_returns)
     before = {k: v.clone() for k, v in trainer.m.policy.state_dict().items()}
-    trainer.train()
-    record = read_jsonl(trainer.run.metrics).records[0]
+    run = create_run_dir(tmp_path / "run", trainer.config)
+    RunLoop(trainer, run).train()
+    record = read_jsonl(run.metrics).records[0]
     assert record["filter/empty"] == 1 and record["filter/kept_groups"] == 0
     assert record["actor/optimizer_steps"] == 0 and "actor/pg_loss" not in record
     assert all(torch.equal(before[k], v) for k, v in trainer.m.policy.state_dict().items())
-    assert checkpoint.complete_checkpoints(trainer.run)  # the step still ends as usual
+    assert checkpoint.complete_checkpoints(run)  # the step still ends as usual
 
 
 def test_non_finite_loss_skips_the_step_and_keeps_the_weights():
@@ -377,83 +373,6 @@ def test_logged_losses_do_not_depend_on_the_micro_batch_size():
     assert logged[0]["actor/pg_loss"] == pytest.approx(-float(data.advantages[on].mean()), rel=1e-5)
     for key in ("actor/entropy", "actor/pg_loss", "actor/grad_norm"):
         assert logged[0][key] == pytest.approx(logged[1][key], rel=1e-5)
-
-
-def _collapse_metrics(step):
-    """A stream whose reward rises for 12 steps, then falls back to where it started."""
-    reward = 0.1 + 0.05 * min(step, 12) - (0.08 * (step - 14) if step > 14 else 0.0)
-    return {"rollout/reward_mean": reward, "rollout/success": reward, "actor/grad_norm": 1.0}
-
-
-def test_monitor_stop_ends_the_run_with_a_checkpoint_and_logs_alerts(tmp_path):
-    cfg = _config("trainer.steps=1", "monitor.action=stop", "monitor.warmup_steps=3")
-    run = RunDir(tmp_path / "run")
-    create_run_dir(run.root, cfg)
-    trainer = Trainer(cfg, run)
-    step = 0
-    while trainer.stopped_at is None and step < 40:
-        trainer.watch(step, _collapse_metrics(step))
-        step += 1
-    alerts = read_jsonl(run.alerts).records
-    assert trainer.stopped_at == step - 1 and alerts[-1]["kind"] == "collapse"
-    assert alerts[-1]["signal"] == "rollout/success" and alerts[-1]["step"] == step - 1
-    trainer.maybe_checkpoint(trainer.stopped_at)
-    state = json.loads((run.checkpoint(step) / checkpoint.STATE_FILE).read_text())
-    assert state["monitor"] == trainer.detector.state_dict()
-
-
-def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_path):
-    cfg = _config(
-        "trainer.steps=5",
-        "trainer.save_every=1",
-        "monitor.action=rollback",
-        "monitor.warmup_steps=3",
-        "monitor.rollback_lr_scale=0.5",
-        "monitor.rollback_filter_ratio=0.25",
-    )
-    run = RunDir(tmp_path / "run")
-    create_run_dir(run.root, cfg)
-    trainer = Trainer(cfg, run)
-    trainer.eval_success = 0.9
-    trainer.maybe_checkpoint(0)  # step_1 has the best eval success: the rollback target
-    best = {k: v.clone() for k, v in trainer.m.policy.state_dict().items()}
-    with torch.no_grad():
-        for param in trainer.m.policy.parameters():
-            param.add_(1.0)
-    trainer.eval_success = 0.2
-    trainer.maybe_checkpoint(1)  # the newest, step_2, is worse
-    step = 0
-    while trainer.rollbacks == 0 and step < 40:
-        trainer.watch(step, _collapse_metrics(step))
-        step += 1
-    assert trainer.rollbacks == 1 and trainer.stopped_at is None
-    assert all(torch.equal(best[k], v) for k, v in trainer.m.policy.state_dict().items())
-    lrs = [g["lr"] for g in trainer.m.optimizers["actor"].param_groups]
-    assert lrs == [cfg.trainer.actor_lr * 0.5] * len(lrs)
-    assert trainer.filter_ratio == 0.25 and trainer.config.algo.filter_ratio == 0.5
-
-
-def test_wall_clock_budget_ends_the_run_after_one_step_with_a_checkpoint(tmp_path):
-    trainer, run = _train(
-        tmp_path, "run", "trainer.steps=5", "trainer.max_minutes=1e-9", "trainer.eval_every=3"
-    )
-    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0]
-    assert [p.name for p in checkpoint.complete_checkpoints(run)] == ["step_000001"]
-    evaluated = read_jsonl(run.evals).records  # the last step is evaluated, on every eval env
-    assert {r["step"] for r in evaluated} == {0} and len(evaluated) == len(
-        trainer.config.env.eval_names
-    )
-
-
-def test_wall_clock_budget_counts_from_the_start_of_training(tmp_path):
-    cfg = _config("trainer.steps=2", "trainer.max_minutes=60", "trainer.eval_every=0")
-    run = RunDir(tmp_path / "run")
-    create_run_dir(run.root, cfg)
-    trainer = Trainer(cfg, run)
-    trainer.started -= 2 * 3600  # two hours spent with the trainer before train() (a base eval)
-    trainer.train()
-    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
-    assert trainer.stopped_at is None
 
 
 def test_a_step_writes_every_metric_name_that_readers_rely_on(tmp_path):

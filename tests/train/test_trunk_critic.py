@@ -20,8 +20,10 @@ from ragen.train.forward import (
     state_values,
     token_logprobs,
 )
+from ragen.train.loop import RunLoop
+from ragen.train.resume import check_resume
 from ragen.train.scoring import score_batch
-from ragen.train.trainer import Trainer, check_resume
+from ragen.train.trainer import Trainer
 
 
 def test_the_head_reads_the_policys_last_hidden_states_and_trains_alone(tiny):
@@ -59,10 +61,10 @@ def test_the_policy_takes_the_copied_critics_step_and_only_the_head_is_saved(tmp
     for body in ("copy", "policy"):
         cfg = config.load("bandit", [*ONE_STEP, f"model.critic_body={body}"])
         run = create_run_dir(tmp_path / body, cfg)
-        trainer = Trainer(cfg, run)
+        trainer = Trainer(cfg)
         head_before = trainer.m.critic.head.weight.detach().clone()
         policy_before = copy.deepcopy(trainer.m.policy.state_dict())
-        trainer.train()
+        RunLoop(trainer, run).train()
         trained[body] = (trainer, run)
         assert not torch.equal(trainer.m.critic.head.weight, head_before)  # the head trained
         after = trainer.m.policy.state_dict()
@@ -132,10 +134,10 @@ def test_a_scored_step_runs_the_policys_decoder_once_a_micro_batch_for_both(tmp_
     trained, passes = {}, {}
     for body in ("copy", "policy"):
         cfg = config.load("bandit", [*scored, f"model.critic_body={body}"])
-        trainer = Trainer(cfg, create_run_dir(tmp_path / body, cfg))
+        trainer = Trainer(cfg)
         calls = []
         trainer.m.policy.get_decoder().register_forward_hook(lambda *_, c=calls: c.append(1))
-        trainer.train()
+        RunLoop(trainer, create_run_dir(tmp_path / body, cfg)).train()
         trained[body], passes[body] = trainer, len(calls)
     copied, trunk = trained["copy"].m, trained["policy"].m
     for key, value in copied.policy.state_dict().items():
@@ -162,10 +164,10 @@ def test_a_resume_cannot_change_the_critics_body(tmp_path):
 
 def test_with_lora_the_head_reads_the_adapted_decoder(tmp_path):
     cfg = config.load("bandit", [*ONE_STEP, "model.critic_body=policy", "model.lora_rank=4"])
-    trainer = Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
+    trainer = Trainer(cfg)
     body = trainer.m.critic.body
     assert any("lora_A" in name for name, _ in body.named_parameters())
     assert [n for n, _ in trainer.m.critic.named_parameters()] == ["head.weight", "head.bias"]
     head_before = trainer.m.critic.head.weight.detach().clone()
-    trainer.train()
+    RunLoop(trainer, create_run_dir(tmp_path / "run", cfg)).train()
     assert not torch.equal(trainer.m.critic.head.weight, head_before)

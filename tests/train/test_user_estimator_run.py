@@ -13,8 +13,10 @@ from ragen import config
 from ragen.config import ConfigError
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
+from ragen.train.loop import RunLoop
 from ragen.train.preflight import check_runnable
-from ragen.train.trainer import Trainer, check_resume
+from ragen.train.resume import check_resume
+from ragen.train.trainer import Trainer
 
 MODULE = "ragen_test_run_estimators"
 SOURCE = """
@@ -63,10 +65,6 @@ def _config(function: str, *overrides: str) -> config.Config:
     return config.load("bandit", [*SMALL, f"algo.estimator={MODULE}:{function}", *overrides])
 
 
-def _trainer(tmp_path, cfg: config.Config) -> Trainer:
-    return Trainer(cfg, create_run_dir(tmp_path / "run", cfg))
-
-
 def _returns_by_index(episodes):
     """Episode i returns i, so every advantage is known by hand."""
     for i, episode in enumerate(episodes):
@@ -76,8 +74,8 @@ def _returns_by_index(episodes):
     return episodes
 
 
-def test_a_user_estimator_without_a_critic_gives_the_update_its_advantages(tmp_path):
-    trainer = _trainer(tmp_path, _config("half_return"))
+def test_a_user_estimator_without_a_critic_gives_the_update_its_advantages():
+    trainer = Trainer(_config("half_return"))
     assert trainer.m.critic is None and "critic" not in trainer.m.optimizers
     data = trainer.prepare(_returns_by_index(trainer.collect(0)))
     # not whitened (algo.whiten_advantages is null): 0.5 * i on episode i's reply tokens
@@ -87,7 +85,7 @@ def test_a_user_estimator_without_a_critic_gives_the_update_its_advantages(tmp_p
 
 def test_a_user_estimator_with_algo_critic_trains_one_step_with_the_critic(tmp_path):
     cfg = _config("return_minus_value", "algo.critic=true")
-    trainer = _trainer(tmp_path, cfg)
+    trainer = Trainer(cfg)
     assert trainer.m.critic is not None and "critic" in trainer.m.optimizers
     data = trainer.prepare(_returns_by_index(trainer.collect(0)))
     assert data.old_values is not None  # the estimator read the critic's values
@@ -96,19 +94,20 @@ def test_a_user_estimator_with_algo_critic_trains_one_step_with_the_critic(tmp_p
     torch.testing.assert_close(data.advantages, (rows - data.old_values) * data.loss_mask)
 
     before = [p.detach().clone() for p in trainer.m.critic.parameters()]
-    trainer.train()
-    record = read_jsonl(trainer.run.metrics).records[0]
+    run = create_run_dir(tmp_path / "run", cfg)
+    RunLoop(trainer, run).train()
+    record = read_jsonl(run.metrics).records[0]
     assert {"actor/pg_loss", "critic/value_loss"} <= set(record)
     after = trainer.m.critic.parameters()
     assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
 
 
-def test_an_estimator_that_cannot_be_imported_is_refused_before_the_run_starts(tmp_path):
+def test_an_estimator_that_cannot_be_imported_is_refused_before_the_run_starts():
     cfg = _config("missing")  # the shape of the name is right: the config loads
     with pytest.raises(ConfigError, match=f"'{MODULE}:missing' cannot be imported"):
         check_runnable(cfg)  # what `ragen train` runs before it makes the run folder
     with pytest.raises(ConfigError, match="has no attribute 'missing'"):
-        Trainer(cfg, RunDir(tmp_path / "run"))  # before a model loads
+        Trainer(cfg)  # before a model loads
 
 
 def test_a_resume_that_adds_or_drops_the_critic_of_a_user_estimator_is_refused(tmp_path):

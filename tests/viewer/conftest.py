@@ -84,12 +84,13 @@ def copy_run():
 @pytest.fixture(scope="session")
 def viewer_run(tmp_path_factory) -> Path:
     """A run directory written by `Trainer` for the tiny model (no fakes)."""
+    from ragen.train.loop import RunLoop
     from ragen.train.trainer import Trainer
 
     cfg = config.load("sokoban", TINY)
     root = tmp_path_factory.mktemp("viewer") / "tiny-run"
     create_run_dir(root, cfg)
-    Trainer(cfg, RunDir(root)).train()
+    RunLoop(Trainer(cfg), RunDir(root)).train()
     shutil.rmtree(root / "checkpoints")  # the viewer never reads them
     return root
 

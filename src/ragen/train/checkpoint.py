@@ -54,7 +54,7 @@ def _is_lora(model) -> bool:
 
 
 def _owners(policy, critic) -> dict:
-    """The model each optimiser trains, by the optimiser keys of ``trainer.build_models``."""
+    """The model each optimiser trains, by the optimiser keys of ``setup.build_models``."""
     return {"actor": policy, "critic": critic}
 
 

@@ -1,7 +1,7 @@
 """Data parallelism on PyTorch's own runtime: ``torchrun`` starts one process (rank) per
 device, here they split each step's work and agree on everything else.
 
-How a step is shared (trainer.py and update.py call the helpers below):
+How a step is shared (trainer.py, loop.py and update.py call the helpers below):
 
 - rollout: rank r plays its contiguous share of the env groups (``shard``), numbered as in
   the whole rollout, so the union of the shares is the 1-process rollout; the trajectories
@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 _BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 _device = torch.device("cpu")  # where this rank's collectives run; set by ``session``
@@ -131,6 +132,12 @@ def rank() -> int:
 def is_main() -> bool:
     """Rank 0: the process that writes the run directory and prints."""
     return rank() == 0
+
+
+def say(line: str) -> None:
+    """Print a line of the run's story, once (from rank 0), above any progress bar."""
+    if is_main():
+        tqdm.write(line)
 
 
 def shard(n: int) -> range:

@@ -6,6 +6,10 @@ the uninterrupted run would have (both are restored from the checkpoint).
 
 from __future__ import annotations
 
+import torch
+
+from ragen.config import Config
+
 
 def lr_scale(
     step: int, warmup_steps: int, rollbacks: int = 0, rollback_scale: float = 1.0
@@ -21,3 +25,17 @@ def lr_scale(
         )
     warmup = min(1.0, (step + 1) / (warmup_steps + 1))
     return warmup * rollback_scale**rollbacks
+
+
+def set_learning_rates(
+    optimizers: dict[str, torch.optim.Optimizer], config: Config, step: int, rollbacks: int
+) -> float:
+    """Set the RL optimisers' rates (``actor``, ``critic``) for ``step`` from the configured
+    ones, after ``rollbacks`` rollbacks; returns the scale (``lr_scale``)."""
+    t = config.trainer
+    scale = lr_scale(step, t.lr_warmup_steps, rollbacks, config.monitor.rollback_lr_scale)
+    base = {"actor": t.actor_lr, "critic": t.critic_lr}
+    for name, opt in optimizers.items():
+        for group in opt.param_groups:
+            group["lr"] = base[name] * scale
+    return scale

@@ -5,10 +5,10 @@ Each step plays fresh levels with the env's expert through the rollout loop
 (same prompts, worked examples, turn messages and stop), and its ``loss_mask`` is the one an
 RL update would use. The loss is the token-mean negative log-likelihood of the reply tokens.
 
-The loop is the RL trainer's with another step: the same run directory, metrics.jsonl,
-trajectories, evaluations, checkpoints (the policy in the Hugging Face layout, LoRA merged,
-so ``ragen train PRESET model.spec=RUN/checkpoints/step_N`` starts RL from it) and exact
-resume (a step's levels depend only on ``(trainer.seed, step)``).
+The run loop (loop.py) drives this step as it drives the RL one: the same run directory,
+metrics.jsonl, trajectories, evaluations, checkpoints (the policy in the Hugging Face layout,
+LoRA merged, so ``ragen train PRESET model.spec=RUN/checkpoints/step_N`` starts RL from it)
+and exact resume (a step's levels depend only on ``(trainer.seed, step)``).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from contextlib import nullcontext
 import torch
 
 from ragen import metric_names as names
-from ragen import models
-from ragen.config import ConfigError
+from ragen.config import Config, ConfigError
 from ragen.host.memory import trim_heap
 from ragen.rollout.expert import expert_dialogues, expert_seeds
+from ragen.rollout.loop import RolloutSpec
 from ragen.rollout.trajectory import Batch, Trajectory, collate
-from ragen.run.metrics_logger import MetricsLogger
+from ragen.train import setup
 from ragen.train.forward import SharedOpening, token_logprobs
-from ragen.train.trainer import Models, Trainer, adamw, load_master_policy
+from ragen.train.state import RunState
 
 # With keep=solved, levels tried per step at most this many times sft.dialogues: the
 # expert solves most levels, so running out means a budget too small for the game.
@@ -106,20 +106,22 @@ def supervised_update(
     }
 
 
-class SftTrainer(Trainer):
-    """`ragen sft`: the RL trainer's run directory, checkpoints, resume and evaluations,
-    with a supervised step on expert dialogues. One process (no torchrun)."""
+class SftTrainer:
+    """`ragen sft`: the policy (LoRA if asked), its AdamW at sft.lr, and a supervised step on
+    expert dialogues; ``loop.RunLoop`` runs it with the RL trainer's run directory,
+    checkpoints, resume and evaluations. One process (no torchrun). Building one loads the
+    model and writes nothing."""
 
     name = "sft"
     watched = False  # the collapse detector reads RL metrics, which this loop has none of
 
-    def build(self) -> Models:
-        m = self.config.model
-        policy, tokenizer = load_master_policy(self.config, self.device)
-        if m.lora_rank > 0:
-            policy = models.apply_lora(policy, m.lora_rank, m.lora_alpha, m.lora_targets)
-        optimizer = adamw(policy, self.config.sft.lr, self.config)
-        return Models(policy.eval(), tokenizer, None, None, {"actor": optimizer})
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.device = setup.start(config)
+        self.m = setup.build_policy(config, self.device, config.sft.lr)
+        self.sampler, self.generator = setup.sampling(config, self.m, self.device)
+        self.spec = RolloutSpec.from_config(config.rollout)
+        self.update_dtype = setup.update_dtype(config, self.device)
 
     @property
     def steps(self) -> int:
@@ -170,7 +172,8 @@ class SftTrainer(Trainer):
         by_length = sorted(dialogues, key=lambda d: len(d.token_ids))
         return collate(by_length, self.m.tokenizer.pad_token_id)
 
-    def step(self, step: int, log: MetricsLogger | None) -> dict[str, float]:
+    def step(self, step: int, state: RunState) -> tuple[dict[str, float], list[Trajectory]]:
+        """One supervised step on fresh expert dialogues: its metrics and the dialogues."""
         c = self.config
         started = time.perf_counter()
         dialogues, played = self.dialogues(step)
@@ -192,21 +195,16 @@ class SftTrainer(Trainer):
                 batch,
                 micro_batch_size=c.sft.micro_batch_size,
                 grad_clip=c.trainer.grad_clip,
-                autocast_dtype=self._autocast_dtype(),
+                autocast_dtype=self.update_dtype,
                 share_opening=c.trainer.prefix_sharing == "mini_batch",
             )
         )
         metrics["time/update_s"] = time.perf_counter() - started
-        self.note_skipped(step, metrics["sft/skipped"] == 1.0, "sft.lr")
-        # As after an RL update: glibc keeps the freed activations (up to 15 GB after a
-        # FrozenLake step) unless asked, and an evaluation allocating beside them can run
-        # out of memory.
+        state.note_skipped(step, metrics["sft/skipped"] == 1.0, "sft.lr")
+        # As after an RL update: glibc keeps the freed activations unless asked, and an
+        # evaluation allocating beside them can run out of memory.
         trim_heap()
         metrics["perf/train_tokens_per_s"] = float(batch.attention_mask.sum()) / max(
             metrics["time/update_s"], 1e-9
         )
-        last = self.is_last(step)
-        metrics.update(self.maybe_evaluate(step, last))
-        self.record(step, log, metrics, dialogues)
-        self.maybe_checkpoint(step, last)
-        return metrics
+        return metrics, dialogues

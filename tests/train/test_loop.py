@@ -1,0 +1,115 @@
+"""The run loop on the tiny model: the wall-clock budget, the collapse monitor's actions
+(stop, roll back), and a loop that writes nothing until it is asked to."""
+
+import json
+
+import torch
+from tests.train.test_trainer import _config, _train
+
+from ragen.run.jsonl import append_jsonl, read_jsonl
+from ragen.run.rundir import RunDir, create_run_dir
+from ragen.train import checkpoint
+from ragen.train.loop import RunLoop, out_of_budget
+from ragen.train.trainer import Trainer, filter_ratio
+
+
+def test_a_budget_ends_the_run_before_a_step_that_would_pass_it():
+    # 3 steps in 90 s: a 4th at 30 s ends at 120 s.
+    assert not out_of_budget(90.0, 3, 120.0)
+    assert out_of_budget(90.0, 3, 119.9)
+    assert out_of_budget(1.0, 0, 1.5)  # before any step: the elapsed time is the pace
+
+
+def _files(root):
+    return {p: p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def test_building_a_loop_writes_nothing_and_resume_is_asked_for(tmp_path):
+    cfg = _config("trainer.steps=1")
+    run = create_run_dir(tmp_path / "run", cfg)
+    append_jsonl(run.metrics, [{"step": 0, "rollout/reward_mean": 0.0}])  # logged, not saved
+    (run.checkpoints / ".step_000001.tmp").mkdir(parents=True)  # a write cut short
+    before = _files(run.root)
+    loop = RunLoop(Trainer(cfg), run)
+    assert _files(run.root) == before and loop.start_step == 0
+    assert loop.resume() == 0  # no checkpoint yet: the run starts again, its logs dropped
+    assert read_jsonl(run.metrics).records == []
+    assert not (run.checkpoints / ".step_000001.tmp").exists()
+
+
+def _collapse_metrics(step):
+    """A stream whose reward rises for 12 steps, then falls back to where it started."""
+    reward = 0.1 + 0.05 * min(step, 12) - (0.08 * (step - 14) if step > 14 else 0.0)
+    return {"rollout/reward_mean": reward, "rollout/success": reward, "actor/grad_norm": 1.0}
+
+
+def test_monitor_stop_ends_the_run_with_a_checkpoint_and_logs_alerts(tmp_path):
+    cfg = _config("trainer.steps=1", "monitor.action=stop", "monitor.warmup_steps=3")
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    loop = RunLoop(Trainer(cfg), run)
+    step = 0
+    while loop.state.stopped_at is None and step < 40:
+        loop.watch(step, _collapse_metrics(step))
+        step += 1
+    alerts = read_jsonl(run.alerts).records
+    assert loop.state.stopped_at == step - 1 and alerts[-1]["kind"] == "collapse"
+    assert alerts[-1]["signal"] == "rollout/success" and alerts[-1]["step"] == step - 1
+    loop.maybe_checkpoint(loop.state.stopped_at)
+    state = json.loads((run.checkpoint(step) / checkpoint.STATE_FILE).read_text())
+    assert loop.detector is not None and state["monitor"] == loop.detector.state_dict()
+
+
+def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_path):
+    cfg = _config(
+        "trainer.steps=5",
+        "trainer.save_every=1",
+        "monitor.action=rollback",
+        "monitor.warmup_steps=3",
+        "monitor.rollback_lr_scale=0.5",
+        "monitor.rollback_filter_ratio=0.25",
+    )
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    loop = RunLoop(Trainer(cfg), run)
+    m = loop.trainer.m
+    loop.state.eval_success = 0.9
+    loop.maybe_checkpoint(0)  # step_1 has the best eval success: the rollback target
+    best = {k: v.clone() for k, v in m.policy.state_dict().items()}
+    with torch.no_grad():
+        for param in m.policy.parameters():
+            param.add_(1.0)
+    loop.state.eval_success = 0.2
+    loop.maybe_checkpoint(1)  # the newest, step_2, is worse
+    step = 0
+    while loop.state.rollbacks == 0 and step < 40:
+        loop.watch(step, _collapse_metrics(step))
+        step += 1
+    assert loop.state.rollbacks == 1 and loop.state.stopped_at is None
+    assert all(torch.equal(best[k], v) for k, v in m.policy.state_dict().items())
+    lrs = [g["lr"] for g in m.optimizers["actor"].param_groups]
+    assert lrs == [cfg.trainer.actor_lr * 0.5] * len(lrs)
+    assert filter_ratio(cfg, loop.state.rollbacks) == 0.25 and cfg.algo.filter_ratio == 0.5
+
+
+def test_wall_clock_budget_ends_the_run_after_one_step_with_a_checkpoint(tmp_path):
+    loop, run = _train(
+        tmp_path, "run", "trainer.steps=5", "trainer.max_minutes=1e-9", "trainer.eval_every=3"
+    )
+    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0]
+    assert [p.name for p in checkpoint.complete_checkpoints(run)] == ["step_000001"]
+    evaluated = read_jsonl(run.evals).records  # the last step is evaluated, on every eval env
+    assert {r["step"] for r in evaluated} == {0} and len(evaluated) == len(
+        loop.config.env.eval_names
+    )
+
+
+def test_wall_clock_budget_counts_from_the_start_of_training(tmp_path):
+    cfg = _config("trainer.steps=2", "trainer.max_minutes=60", "trainer.eval_every=0")
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    loop = RunLoop(Trainer(cfg), run)
+    loop.started -= 2 * 3600  # two hours spent with the trainer before train() (a base eval)
+    loop.train()
+    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
+    assert loop.state.stopped_at is None
