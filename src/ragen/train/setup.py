@@ -19,7 +19,7 @@ import torch
 from ragen import models
 from ragen.config import Config
 from ragen.rollout.engines import Generator, make_generator
-from ragen.train import distributed, fsdp
+from ragen.train import distributed, fsdp, preflight
 from ragen.train.generation_weights import COPYING_BACKENDS, GenerationWeights
 from ragen.train.scoring import policy_logprobs
 
@@ -48,8 +48,11 @@ def use_deterministic_kernels(device: torch.device, on: bool) -> None:
 
 
 def start(config: Config) -> torch.device:
-    """Ready this process for a run of ``config``: its device, deterministic kernels if
-    asked, and torch's seed (which fixes whatever the model load initialises)."""
+    """Ready this process for a run of ``config``: its names checked (what `ragen train`
+    checks as it loads a config, so a library caller is refused alike), its device,
+    deterministic kernels if asked, and torch's seed (which fixes whatever the model load
+    initialises)."""
+    preflight.check_references(config)
     device = resolve_device(config.trainer.device)
     use_deterministic_kernels(device, config.trainer.deterministic)
     torch.manual_seed(config.trainer.seed)
