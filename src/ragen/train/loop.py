@@ -24,7 +24,7 @@ from tqdm import tqdm
 from ragen.config import Config, MonitorConfig, to_dict
 from ragen.host import threads
 from ragen.monitor.collapse import Alert, CollapseDetector
-from ragen.monitor.metrics_logger import MetricsLogger
+from ragen.run.metrics_logger import MetricsLogger
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.engines import Generator
 from ragen.rollout.trajectory import Trajectory
