@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen.algos import advantages as adv
+from ragen.algos.packing import discounted_suffix_sum
 from ragen.config import ESTIMATOR_NAMES, AlgoConfig
 
 # ---------------------------------------------------------------------- plain-loop references
@@ -111,20 +112,18 @@ def scramble_masked(x: torch.Tensor, mask: torch.Tensor, seed: int) -> torch.Ten
 @pytest.mark.parametrize(("size", "block"), [(1, 4), (7, 4), (8, 4), (37, 8), (300, 128)])
 def test_suffix_sum_matches_loop(discount, size, block):
     x = torch.randn(3, size, dtype=torch.float64, generator=torch.Generator().manual_seed(size))
-    got = adv.discounted_suffix_sum(x, discount, block=block)
+    got = discounted_suffix_sum(x, discount, block=block)
     want = torch.tensor([loop_suffix_sum(row.tolist(), discount) for row in x], dtype=torch.float64)
     torch.testing.assert_close(got, want)
 
 
 def test_suffix_sum_hand_and_edges():
     # [1, 2, 3] with c = 0.5: 3; 2 + 0.5*3 = 3.5; 1 + 0.5*3.5 = 2.75
-    got = adv.discounted_suffix_sum(
-        torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64), 0.5, block=2
-    )
+    got = discounted_suffix_sum(torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64), 0.5, block=2)
     torch.testing.assert_close(got, torch.tensor([[2.75, 3.5, 3.0]], dtype=torch.float64))
-    assert adv.discounted_suffix_sum(torch.zeros(2, 0), 0.9).shape == (2, 0)
+    assert discounted_suffix_sum(torch.zeros(2, 0), 0.9).shape == (2, 0)
     with pytest.raises(ValueError, match="discount"):
-        adv.discounted_suffix_sum(torch.zeros(1, 3), 1.5)
+        discounted_suffix_sum(torch.zeros(1, 3), 1.5)
 
 
 # ----------------------------------------------------------------------------------- gae

@@ -9,7 +9,6 @@ from ragen.algos.advantages import (
     NEEDS_CRITIC,
     Coefficients,
     bi_level_gae,
-    discounted_suffix_sum,
     estimate,
     gae,
     grpo,
@@ -40,6 +39,7 @@ from ragen.algos.losses import (
     token_logprobs,
     value_loss,
 )
+from ragen.algos.packing import discounted_suffix_sum
 
 __all__ = [
     "AGG_MODES",

@@ -21,8 +21,8 @@ gigpo (algos/gigpo.py) puts each turn's advantage on that turn's sampled tokens.
 after the estimator when configured (RAGEN's code does for gae and bi_level_gae).
 
 Internally everything is computed on a packed layout (sampled tokens moved to the front of
-each row) with a blocked matrix form of the discounted suffix sum, so no Python loop runs over
-T; the tests check each estimator against a plain per-token loop.
+each row, algos/packing.py) with a blocked matrix form of the discounted suffix sum, so no
+Python loop runs over T; the tests check each estimator against a plain per-token loop.
 """
 
 from __future__ import annotations
@@ -36,6 +36,16 @@ import torch
 from torch import Tensor
 
 from ragen.algos.gigpo import gigpo
+from ragen.algos.packing import (
+    check_shapes,
+    discounted_suffix_sum,
+    gather,
+    out_dtype,
+    pack,
+    shift_left,
+    unpack,
+    work_dtype,
+)
 from ragen.config import NEEDS_CRITIC, AlgoConfig
 from ragen.user_code import import_function, is_import_name
 
@@ -46,7 +56,6 @@ __all__ = [
     "Estimator",
     "bi_level_gae",
     "check_name",
-    "discounted_suffix_sum",
     "estimate",
     "gae",
     "grpo",
@@ -56,110 +65,6 @@ __all__ = [
     "turn_numbers",
     "whiten",
 ]
-
-
-def _work_dtype(device: torch.device) -> torch.dtype:
-    """float64 for the scans (exact enough to ignore rounding), where the device has it."""
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
-def _out_dtype(*tensors: Tensor) -> torch.dtype:
-    """At least float32, else the widest floating dtype among the inputs."""
-    dtype = torch.float32
-    for t in tensors:
-        if t.is_floating_point():
-            dtype = torch.promote_types(dtype, t.dtype)
-    return dtype
-
-
-# ------------------------------------------------------------------------------------ scans
-
-
-def discounted_suffix_sum(x: Tensor, discount: float, block: int = 128) -> Tensor:
-    """``y[..., k] = sum_{j >= k} discount**(j - k) * x[..., j]`` along the last dim.
-
-    Args:
-        x: (..., K) floating tensor.
-        discount: factor in [0, 1].
-        block: length of the blocks of the matrix form (memory O(block**2 + (K/block)**2)).
-
-    Returns:
-        (..., K) tensor, same dtype as ``x``.
-
-    Vectorised, no loop over K: inside each block of ``L`` entries the suffix sums are one
-    matmul with the (L, L) upper-triangular matrix ``discount**(j - i)``; the sum that
-    continues past a block's end is the suffix sum at the next block's start, which a second
-    matmul over block heads supplies.
-    """
-    if not 0.0 <= discount <= 1.0:
-        raise ValueError(f"discount must lie in [0, 1], got {discount}")
-    size = x.shape[-1]
-    if size == 0:
-        return x.clone()
-    lead = x.shape[:-1]
-    length = min(block, size)
-    blocks = math.ceil(size / length)
-    xb = torch.nn.functional.pad(x.reshape(-1, size), (0, blocks * length - size))
-    xb = xb.view(-1, blocks, length)  # (R, nb, L)
-
-    def powers(n: int, base: float) -> Tensor:
-        """(n, n) matrix m[j, i] = base**(j - i) for j >= i, else 0."""
-        idx = torch.arange(n, device=x.device)
-        gap = idx[:, None] - idx[None, :]
-        full = torch.pow(torch.tensor(base, dtype=x.dtype, device=x.device), gap.clamp(min=0))
-        return torch.where(gap >= 0, full, torch.zeros((), dtype=x.dtype, device=x.device))
-
-    inner = xb @ powers(length, discount)  # (R, nb, L): suffix sums within each block
-    heads = inner[..., 0] @ powers(blocks, discount**length)  # (R, nb): full sum from each start
-    carry = torch.nn.functional.pad(heads[:, 1:], (0, 1))  # (R, nb): sum from the next block
-    offset = torch.arange(length, device=x.device)
-    decay = torch.pow(torch.tensor(discount, dtype=x.dtype, device=x.device), length - offset)
-    out = inner + carry[..., None] * decay  # (R, nb, L)
-    return out.reshape(-1, blocks * length)[:, :size].reshape(*lead, size).contiguous()
-
-
-def _pack(mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Sampled positions of each row moved to the front, in order.
-
-    Args:
-        mask: (B, T), nonzero on sampled tokens.
-
-    Returns:
-        idx (B, K) long: position of the k-th sampled token (K = most sampled tokens in a row;
-        slots past a row's count point at its unsampled positions);
-        valid (B, K) bool: slot k holds a sampled token.
-    """
-    sampled = mask != 0
-    counts = sampled.sum(dim=1)
-    width = int(counts.max()) if sampled.numel() else 0
-    order = torch.argsort((~sampled).to(torch.int8), dim=1, stable=True)  # sampled first
-    idx = order[:, :width]
-    valid = torch.arange(width, device=mask.device)[None, :] < counts[:, None]
-    return idx, valid
-
-
-def _gather(x: Tensor, idx: Tensor, valid: Tensor, dtype: torch.dtype) -> Tensor:
-    """x (B, T) read at idx (B, K); 0 on invalid slots (even where x is not finite)."""
-    picked = x.gather(1, idx).to(dtype)
-    return torch.where(valid, picked, torch.zeros((), dtype=dtype, device=x.device))
-
-
-def _unpack(packed: Tensor, idx: Tensor, valid: Tensor, like: Tensor, dtype: torch.dtype) -> Tensor:
-    """Inverse of the packing: (B, K) slots written back to (B, T), 0 elsewhere."""
-    out = torch.zeros(like.shape, dtype=dtype, device=like.device)
-    zero = torch.zeros((), dtype=packed.dtype, device=packed.device)
-    return out.scatter(1, idx, torch.where(valid, packed, zero).to(dtype))
-
-
-def _shift_left(x: Tensor) -> Tensor:
-    """(..., K) -> (..., K): x[..., k + 1], with 0 after the end."""
-    return torch.nn.functional.pad(x[..., 1:], (0, 1))
-
-
-def _check_shapes(**tensors: Tensor) -> None:
-    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-    if len(set(shapes.values())) != 1 or len(next(iter(shapes.values()))) != 2:
-        raise ValueError(f"expected tensors of one (B, T) shape, got {shapes}")
 
 
 # ------------------------------------------------------------------------------ whitening
@@ -184,8 +89,8 @@ def whiten(values: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     by default). Where that formula has no answer (n < 2 gives 0 / 0) or only rounding noise
     (equal values: ~1e-17 times 1e4), the result here is 0: no token is favoured.
     """
-    _check_shapes(values=values, mask=mask)
-    work, out = _work_dtype(values.device), _out_dtype(values)
+    check_shapes(values=values, mask=mask)
+    work, out = work_dtype(values.device), out_dtype(values)
     valid = mask != 0
     n = valid.sum()
     zeros = torch.zeros(values.shape, dtype=out, device=values.device)
@@ -228,15 +133,15 @@ def gae(
     tokens between two replies are skipped, not stepped through: they carry no value, no
     reward and no discount.
     """
-    _check_shapes(rewards=rewards, values=values, mask=mask)
-    work, out = _work_dtype(rewards.device), _out_dtype(rewards, values)
-    idx, valid = _pack(mask)
-    r = _gather(rewards, idx, valid, work)  # (B, K)
-    v = _gather(values, idx, valid, work)  # (B, K)
-    delta = torch.where(valid, r + gamma * _shift_left(v) - v, torch.zeros_like(v))
+    check_shapes(rewards=rewards, values=values, mask=mask)
+    work, out = work_dtype(rewards.device), out_dtype(rewards, values)
+    idx, valid = pack(mask)
+    r = gather(rewards, idx, valid, work)  # (B, K)
+    v = gather(values, idx, valid, work)  # (B, K)
+    delta = torch.where(valid, r + gamma * shift_left(v) - v, torch.zeros_like(v))
     adv = discounted_suffix_sum(delta, gamma * lam)  # (B, K)
-    advantages = _unpack(adv, idx, valid, rewards, out)
-    returns = _unpack(adv + v, idx, valid, rewards, out)
+    advantages = unpack(adv, idx, valid, rewards, out)
+    returns = unpack(adv + v, idx, valid, rewards, out)
     return advantages, returns
 
 
@@ -260,12 +165,12 @@ def reinforce_pp(
     sampled tokens of the batch by :func:`whiten` (mean 0, Bessel-corrected variance 1, as
     verl's REINFORCE++ does); all zeros when every sampled token has the same G.
     """
-    _check_shapes(rewards=rewards, mask=mask)
-    work, out = _work_dtype(rewards.device), _out_dtype(rewards)
-    idx, valid = _pack(mask)
-    ret = discounted_suffix_sum(_gather(rewards, idx, valid, work), gamma)  # (B, K)
+    check_shapes(rewards=rewards, mask=mask)
+    work, out = work_dtype(rewards.device), out_dtype(rewards)
+    idx, valid = pack(mask)
+    ret = discounted_suffix_sum(gather(rewards, idx, valid, work), gamma)  # (B, K)
     adv = whiten(ret, valid, eps)  # (B, K)
-    return _unpack(adv, idx, valid, rewards, out), _unpack(ret, idx, valid, rewards, out)
+    return unpack(adv, idx, valid, rewards, out), unpack(ret, idx, valid, rewards, out)
 
 
 def _turn_starts(idx: Tensor, valid: Tensor, turn_ids: Tensor | None) -> Tensor:
@@ -327,17 +232,17 @@ def bi_level_gae(
     With gamma = lam = turn_gamma = turn_lam = 1 and rewards on turn ends only, it equals
     :func:`gae` with gamma = lam = 1.
     """
-    _check_shapes(rewards=rewards, values=values, mask=mask)
+    check_shapes(rewards=rewards, values=values, mask=mask)
     if turn_ids is not None:
-        _check_shapes(rewards=rewards, turn_ids=turn_ids)
-    work, out = _work_dtype(rewards.device), _out_dtype(rewards, values)
-    idx, valid = _pack(mask)
+        check_shapes(rewards=rewards, turn_ids=turn_ids)
+    work, out = work_dtype(rewards.device), out_dtype(rewards, values)
+    idx, valid = pack(mask)
     rows, width = idx.shape
     if width == 0:
         zeros = torch.zeros(rewards.shape, dtype=out, device=rewards.device)
         return zeros, zeros.clone()
-    r = _gather(rewards, idx, valid, work)  # (B, K)
-    v = _gather(values, idx, valid, work)  # (B, K)
+    r = gather(rewards, idx, valid, work)  # (B, K)
+    v = gather(values, idx, valid, work)  # (B, K)
 
     # Packed slot -> (turn, offset in turn), then a turn-major layout (B, n, m) per row.
     starts = _turn_starts(idx, valid, turn_ids)  # (B, K)
@@ -358,17 +263,17 @@ def bi_level_gae(
     has_turn = length > 0  # (B, n)
     last = (length - 1).clamp(min=0)  # (B, n)
     w = vt.gather(2, last[..., None]).squeeze(2) * has_turn  # (B, n) W_k
-    d = torch.where(has_turn, rt.sum(dim=2) + turn_gamma * _shift_left(w) - w, 0.0)
+    d = torch.where(has_turn, rt.sum(dim=2) + turn_gamma * shift_left(w) - w, 0.0)
     adv_turn = discounted_suffix_sum(d, turn_gamma * turn_lam)  # (B, n) A^turn_k
 
     inner = present & (torch.arange(span, device=idx.device) < last[..., None])  # not e_k
-    delta = torch.where(inner, gamma * _shift_left(vt) - vt, 0.0)  # (B, n, m)
+    delta = torch.where(inner, gamma * shift_left(vt) - vt, 0.0)  # (B, n, m)
     delta = delta.scatter(2, last[..., None], adv_turn[..., None] * has_turn[..., None])
     adv_tok = discounted_suffix_sum(delta, gamma * lam)  # (B, n, m)
 
     adv = adv_tok.reshape(rows, -1).gather(1, flat.clamp(max=turns * span - 1))  # (B, K)
-    advantages = _unpack(adv, idx, valid, rewards, out)
-    returns = _unpack(adv + v, idx, valid, rewards, out)
+    advantages = unpack(adv, idx, valid, rewards, out)
+    returns = unpack(adv + v, idx, valid, rewards, out)
     return advantages, returns
 
 
@@ -411,14 +316,14 @@ def grpo(scores: Tensor, group_ids: Tensor, norm_by_std: bool = True, eps: float
         std_g the population mean and std (divide by N) of the episode's group. A group
         whose scores are all equal, one-member groups included, gets exactly 0.
     """
-    work = _work_dtype(scores.device)
+    work = work_dtype(scores.device)
     s = scores.to(work)
     inverse, count, mean, constant = _groups(s, group_ids)
     centred = s - mean
     if norm_by_std:
         var = torch.zeros_like(s).index_add(0, inverse, centred.square())[inverse] / count
         centred = centred / (var.sqrt() + eps)
-    return torch.where(constant, torch.zeros_like(s), centred).to(_out_dtype(scores))
+    return torch.where(constant, torch.zeros_like(s), centred).to(out_dtype(scores))
 
 
 def rloo(scores: Tensor, group_ids: Tensor) -> Tensor:
@@ -432,11 +337,11 @@ def rloo(scores: Tensor, group_ids: Tensor) -> Tensor:
         (B,) ``A_i = s_i - mean_{j in g, j != i} s_j = N / (N - 1) * (s_i - mean_g)``;
         0 for one-member groups (no baseline to compare with) and constant groups.
     """
-    work = _work_dtype(scores.device)
+    work = work_dtype(scores.device)
     s = scores.to(work)
     _, count, mean, constant = _groups(s, group_ids)
     adv = (s - mean) * count / (count - 1).clamp(min=1)
-    return torch.where(constant | (count < 2), torch.zeros_like(s), adv).to(_out_dtype(scores))
+    return torch.where(constant | (count < 2), torch.zeros_like(s), adv).to(out_dtype(scores))
 
 
 # ------------------------------------------------------------------------------- registry
@@ -561,7 +466,7 @@ def turn_numbers(mask: Tensor, turn_ids: Tensor | None = None) -> Tensor:
     sampled = mask != 0
     if turn_ids is not None:
         return torch.where(sampled, turn_ids.long(), torch.full_like(turn_ids, -1).long())
-    idx, valid = _pack(mask)
+    idx, valid = pack(mask)
     number = _turn_starts(idx, valid, None).long().cumsum(1) - 1
     out = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device)
     return out.scatter(1, idx, torch.where(valid, number, torch.full_like(number, -1)))
@@ -580,7 +485,7 @@ def _est_gigpo(
         )
     sampled = turns >= 0
     slot = turns.clamp(min=0)
-    work = _work_dtype(mask.device)
+    work = work_dtype(mask.device)
 
     def per_turn(x: Tensor) -> Tensor:  # (B, T) summed over each turn's tokens -> (B, width)
         zero = torch.zeros((), dtype=work, device=mask.device)
@@ -600,7 +505,7 @@ def _est_gigpo(
         norm_by_std=coefs.gigpo_mode == "mean_std_norm",
     )
     zero = torch.zeros((), dtype=turn_adv.dtype, device=mask.device)
-    adv = torch.where(sampled, turn_adv.gather(1, slot), zero).to(_out_dtype(rewards, scores))
+    adv = torch.where(sampled, turn_adv.gather(1, slot), zero).to(out_dtype(rewards, scores))
     return adv, adv.clone()
 
 

@@ -24,11 +24,11 @@ from tqdm import tqdm
 from ragen.config import Config, MonitorConfig, to_dict
 from ragen.host import threads
 from ragen.monitor.collapse import Alert, CollapseDetector
-from ragen.run.metrics_logger import MetricsLogger
 from ragen.monitor.template import sample_pairs, template_collapse_metrics
 from ragen.rollout.engines import Generator
 from ragen.rollout.trajectory import Trajectory
 from ragen.run.jsonl import append_jsonl
+from ragen.run.metrics_logger import MetricsLogger
 from ragen.run.rundir import BEFORE_TRAINING, RunDir
 from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.distributed import say
