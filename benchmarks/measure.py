@@ -19,7 +19,7 @@ import torch
 
 from ragen import models
 from ragen.train.forward import shared_prefix_length
-from ragen.train.update import UpdateData, mini_batch_rows
+from ragen.train.update import UpdateData, by_length
 
 # ---------------------------------------------------------------------------- the machine
 
@@ -213,18 +213,21 @@ def flops(shape: dict, tokens: int, attn: int, head_positions: int, models_: flo
     return models_ * body + 2 * shape["hidden"] * shape["vocab"] * head_positions
 
 
-def update_minis(data: UpdateData, ppo_epochs: int, mini: int, seed: int, sort: bool = False):
-    """The mini-batches ``ppo_update`` runs, in its order (``sort``:
-    ``trainer.sort_micro_batches``)."""
-    for rows in mini_batch_rows(data.attention_mask, ppo_epochs, mini, seed, sort):
-        yield data.rows(rows)
+def update_minis(data: UpdateData, ppo_epochs: int, mini: int, seed: int):
+    """The mini-batches ``ppo_update`` runs, in its order: ``update.mini_batch_rows``,
+    recomputed here so that the work of a baseline commit's ragen (``baseline.py``), whose
+    ``mini_batch_rows`` may take other arguments, is counted alike (a test holds the two
+    equal): per epoch a permutation drawn from ``seed``, cut, each cut longest row first."""
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(ppo_epochs):
+        order = torch.randperm(len(data.attention_mask), generator=generator)
+        for rows in order.split(mini):
+            yield data.rows(by_length(rows, data.attention_mask))
 
 
-def update_chunks(
-    data: UpdateData, ppo_epochs: int, mini: int, micro: int, seed: int, sort: bool = False
-):
+def update_chunks(data: UpdateData, ppo_epochs: int, mini: int, micro: int, seed: int):
     """The micro-batches ``ppo_update`` runs, in its order."""
-    for mini_data in update_minis(data, ppo_epochs, mini, seed, sort):
+    for mini_data in update_minis(data, ppo_epochs, mini, seed):
         for part in torch.arange(len(mini_data.input_ids)).split(micro):
             yield mini_data.rows(part)
 

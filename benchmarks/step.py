@@ -1,15 +1,17 @@
-"""Whole training steps of a preset, timed phase by phase: the current path against the old one.
+"""Whole training steps of a preset, timed phase by phase; against a baseline commit if asked.
 
     python -m benchmarks.step [--preset sokoban] [--steps 1] [--threads N] [--repeats 1]
-        [--set KEY=VALUE ...] [--old-set KEY=VALUE ...] [--out benchmarks/results/step.json]
+        [--set KEY=VALUE ...] [--baseline COMMIT] [--baseline-set KEY=VALUE ...]
+        [--out benchmarks/results/step.json]
 
-Each path builds a fresh Trainer from the preset with the embedded model and runs ``--steps``
-real steps through ``Trainer.step`` (rollout, filter, score, advantages, update; no evaluation,
-no checkpoint), from the same seed, so both start from the same weights and play the same
-first rollout. The old path is the same preset with ``OLD_PATH`` added (the code path and
-settings steps took before they were made cheaper, each still selectable by config) and
-``--old-set`` after it. With ``--repeats`` above 1 the paths take turns (old first on odd
-repeats, new first on even), so load from others falls on both.
+Each side builds a fresh Trainer from the preset with the embedded model in a process of its
+own and runs ``--steps`` real steps through ``Trainer.step`` (rollout, filter, score,
+advantages, update; no evaluation, no checkpoint), from the same seed, so both sides start
+from the same weights and play the same first rollout. The current side is this checkout with
+``--set``; the baseline side (``benchmarks/baseline.py``) is COMMIT's ragen, checked out into a
+temporary git worktree, with ``--set`` and then ``--baseline-set`` (with ``--baseline-set``
+alone: this checkout under other settings). With ``--repeats`` above 1 the sides take turns
+(baseline first on odd repeats, current first on even), so load from others falls on both.
 
 Phases are the ones the library times (``ragen.phases``), logged as ``time/<phase>_s``:
 rollout_env, rollout_prefill, rollout_decode, score, advantages, update_forward,
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import baseline
 from benchmarks.measure import (
     add_counts,
     chunk_counts,
@@ -55,17 +58,6 @@ from ragen.train.state import RunState
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateData
 
-OLD_PATH = [
-    "trainer.scoring_pass=always",
-    "trainer.prefix_sharing=micro_batch",
-    "model.dtype=float32",
-    "trainer.sort_micro_batches=false",
-    "model.attention=sdpa",
-]
-"""Overrides that restore how a step ran before issue 19: a scoring pass before every update,
-the shared opening run again by every micro-batch, rollouts sampled from the float32 master
-weights (model.dtype was read by ragen eval only), micro-batches cut in random order, decoding
-with transformers' own attention."""
 QUIET = [
     "logging.tensorboard=false",
     "logging.progress=false",
@@ -121,13 +113,10 @@ def update_counts(trainer: Trainer, kept: list[Trajectory], step: int) -> dict:
         ref_logprobs=None,
         old_values=None,
     )
-    once = t.prefix_sharing == "mini_batch"  # the opening once per mini-batch
     parts = []
-    for mini_data in update_minis(
-        data, t.ppo_epochs, t.mini_batch_size, t.seed + step, t.sort_micro_batches
-    ):
+    for mini_data in update_minis(data, t.ppo_epochs, t.mini_batch_size, t.seed + step):
         ids, mask = mini_data.input_ids, mini_data.attention_mask
-        opening = shared_prefix_length(ids, mask) if once else None
+        opening = shared_prefix_length(ids, mask)  # run once per mini-batch
         for rows in torch.arange(len(ids)).split(t.micro_batch_size):
             parts.append(chunk_counts(ids[rows], mask[rows], mini_data.loss_mask[rows], opening))
         if opening:
@@ -193,8 +182,11 @@ def phase_work(trainer: Trainer, shape: dict, roll: dict, work: dict | None) -> 
 # ---------------------------------------------------------------------------- running
 
 
-def run_path(preset: str, overrides: list[str], steps: int) -> dict:
-    """``steps`` steps of a fresh Trainer; per step: wall time, phases, work counts."""
+def run_path(preset: str, overrides: list[str], steps: int, threads: int | None) -> dict:
+    """``steps`` steps of a fresh Trainer on ``threads`` torch threads (None: torch's own);
+    per step: wall time, phases, work counts. Plain data: a side's process returns it."""
+    if threads:
+        torch.set_num_threads(threads)
     cfg = config.load(preset, [*QUIET, *overrides])
     trainer = Trainer(cfg)
     state = RunState()
@@ -227,10 +219,14 @@ def run_path(preset: str, overrides: list[str], steps: int) -> dict:
         )
         print(f"  step {step}: {wall:.1f} s  {fmt_phases(spent)}", flush=True)
     dtypes = {
-        "rollout": next(trainer.sampler.model.parameters()).dtype,
-        "update": trainer.update_dtype or torch.float32,
+        "rollout": dtype_name(next(trainer.sampler.model.parameters()).dtype),
+        "update": dtype_name(trainer.update_dtype or torch.float32),
     }
     return {"overrides": overrides, "steps": records, "shape": shape, "dtypes": dtypes}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def fmt_phases(spent: dict) -> str:
@@ -240,7 +236,7 @@ def fmt_phases(spent: dict) -> str:
 # ---------------------------------------------------------------------------- report
 
 
-PEAK_KEYS = {torch.float32: "fp32_gflops", torch.bfloat16: "bf16_gflops"}
+PEAK_KEYS = {"float32": "fp32_gflops", "bfloat16": "bf16_gflops"}
 
 
 def summarise(path: dict, peak: dict, bandwidth: float) -> dict:
@@ -263,7 +259,7 @@ def summarise(path: dict, peak: dict, bandwidth: float) -> dict:
                 row["share_of_bandwidth"] = round(moved / 1e9 / seconds / bandwidth, 3)
         elif any(name in s["work"] for s in steps):
             work = statistics.mean(s["work"].get(name, 0) for s in steps)
-            row["dtype"] = str(dtype).removeprefix("torch.")
+            row["dtype"] = dtype
             row["gflop"] = round(work / 1e9, 1)
             row["bound_s"] = round(work / 1e9 / gflops, 2)
             if seconds > 0:
@@ -276,49 +272,47 @@ def summarise(path: dict, peak: dict, bandwidth: float) -> dict:
         "step_s": round(wall, 2),
         "bound_s": round(bound, 2),
         "wall_over_bound": round(wall / max(bound, 1e-9), 2),
-        "dtypes": {k: str(v).removeprefix("torch.") for k, v in path["dtypes"].items()},
+        "dtypes": path["dtypes"],
         "phases": table,
         "rollout_success": [s["success"] for s in steps],
         "kept_episodes": [s["kept_episodes"] for s in steps],
     }
 
 
-def print_table(old: dict, new: dict) -> None:
+def print_table(summary: dict) -> None:
+    """One row per phase: each side's seconds, then the current side's work and its share."""
+    names = list(summary)
     print(
-        f"\n{'phase':<18} {'old s':>8} {'new s':>8} {'new GFLOP':>10} {'GFLOP/s':>8} "
-        f"{'of peak':>8} {'bound s':>8}"
+        "\n"
+        + f"{'phase':<18} "
+        + " ".join(f"{name[:8] + ' s':>10}" for name in names)
+        + f" {'GFLOP':>10} {'GFLOP/s':>8} {'of peak':>8} {'bound s':>8}"
     )
-    for name, row in new["phases"].items():
+    current = summary["current"]
+    for phase, row in current["phases"].items():
         share = row.get("share_of_peak", row.get("share_of_bandwidth"))
+        seconds = " ".join(f"{summary[n]['phases'][phase]['seconds']:>10.1f}" for n in names)
         print(
-            f"{name:<18} {old['phases'][name]['seconds']:>8.1f} {row['seconds']:>8.1f} "
+            f"{phase:<18} {seconds} "
             f"{row.get('gflop', row.get('gbytes', 0)):>10.1f} {row.get('gflop_per_s', 0):>8.1f} "
             f"{'' if share is None else f'{share:.1%}':>8} {row.get('bound_s', 0):>8.2f}"
         )
-    print(
-        f"{'step':<18} {old['step_s']:>8.1f} {new['step_s']:>8.1f} {'':>10} {'':>8} {'':>8} "
-        f"{new['bound_s']:>8.2f}"
-    )
+    steps = " ".join(f"{summary[n]['step_s']:>10.1f}" for n in names)
+    print(f"{'step':<18} {steps} {'':>10} {'':>8} {'':>8} {current['bound_s']:>8.2f}")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="sokoban")
-    parser.add_argument("--steps", type=int, default=1, help="steps per path (mean reported)")
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each path, in turns")
+    parser.add_argument("--steps", type=int, default=1, help="steps per side (mean reported)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each side, in turns")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own)"
     )
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override, both paths"
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override, both sides"
     )
-    parser.add_argument(
-        "--old-set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override for the old path, after OLD_PATH",
-    )
+    baseline.add_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/step.json"))
     return parser.parse_args()
 
@@ -327,60 +321,82 @@ def command_line(args: argparse.Namespace) -> str:
     words = ["python -m benchmarks.step", f"--preset {args.preset}", f"--steps {args.steps}"]
     words += [f"--repeats {args.repeats}"] if args.repeats != 1 else []
     words += [f"--threads {args.threads}"] if args.threads else []
-    words += [f"--set {s}" for s in args.set] + [f"--old-set {s}" for s in args.old_set]
+    words += [f"--set {s}" for s in args.set] + baseline.command_words(args)
     words += [f"--out {args.out}"]
     return " ".join(words)
+
+
+def run_sides(args: argparse.Namespace) -> dict[str, dict]:
+    """Each side's runs (``--repeats`` in turns), merged: its steps, overrides and dtypes."""
+    with baseline.sides(args) as sides:
+        runs: dict[str, list[dict]] = {name: [] for name in sides}
+        for repeat in range(args.repeats):
+            order = list(sides) if repeat % 2 == 0 else list(reversed(sides))
+            for name in order:
+                src, overrides = sides[name]
+                print(f"{name}, repeat {repeat + 1}: {overrides} (ragen: {src})", flush=True)
+                runs[name].append(
+                    baseline.call(
+                        src,
+                        "benchmarks.step:run_path",
+                        args.preset,
+                        overrides,
+                        args.steps,
+                        args.threads,
+                    )
+                )
+    return {
+        name: {
+            "steps": [s for r in rs for s in r["steps"]],
+            "overrides": rs[0]["overrides"],
+            "dtypes": rs[0]["dtypes"],
+            "shape": rs[0]["shape"],
+        }
+        for name, rs in runs.items()
+    }
 
 
 def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    paths = {"old": [*args.set, *OLD_PATH, *args.old_set], "new": args.set}
-    runs: dict[str, list[dict]] = {"old": [], "new": []}
-    for repeat in range(args.repeats):
-        order = ("old", "new") if repeat % 2 == 0 else ("new", "old")
-        for name in order:
-            print(f"{name} path, repeat {repeat + 1}: {paths[name]}", flush=True)
-            runs[name].append(run_path(args.preset, paths[name], args.steps))
-    shape = runs["new"][0]["shape"]
-    desc = machine(runs["new"][0]["dtypes"]["rollout"])
+    commit = baseline.resolve(args.baseline) if args.baseline else None
+    merged = run_sides(args)
+    shape = merged["current"]["shape"]
+    desc = machine(merged["current"]["dtypes"]["rollout"])
     peak = matmul_peak(shape, 1024)
     bandwidth = copy_bandwidth()
     desc["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    merged = {
-        name: {
-            "steps": [s for r in rs for s in r["steps"]],
-            "overrides": rs[0]["overrides"],
-            "dtypes": rs[0]["dtypes"],
-        }
-        for name, rs in runs.items()
-    }
     summary = {name: summarise(path, peak, bandwidth) for name, path in merged.items()}
-    old_s, new_s = summary["old"]["step_s"], summary["new"]["step_s"]
-    print_table(summary["old"], summary["new"])
-    print(
+    print_table(summary)
+    line = (
         f"matmul peak fp32 {peak['fp32_gflops']:.1f}, bf16 {peak['bf16_gflops']:.1f} GFLOP/s "
-        f"(rollout in {merged['new']['dtypes']['rollout']}, update in "
-        f"{merged['new']['dtypes']['update']}), copy {bandwidth:.1f} GB/s, "
-        f"{torch.get_num_threads()} threads; speedup {old_s / new_s:.2f}x"
+        f"(rollout in {merged['current']['dtypes']['rollout']}, update in "
+        f"{merged['current']['dtypes']['update']}), copy {bandwidth:.1f} GB/s, "
+        f"{torch.get_num_threads()} threads"
     )
-    report = {
+    report: dict = {
         "command": command_line(args),
         "machine": desc,
         "preset": args.preset,
-        "old_path": merged["old"]["overrides"],
-        "new_path": merged["new"]["overrides"],
-        "old_s": old_s,
-        "new_s": new_s,
-        "speedup": round(old_s / new_s, 2),
-        "matmul_peak": peak,
-        "copy_gbytes_per_s": bandwidth,
-        "model": shape,
-        "old": summary["old"],
-        "new": summary["new"],
-        "steps": {name: path["steps"] for name, path in merged.items()},
+        "baseline_commit": commit,
+        "overrides": {name: path["overrides"] for name, path in merged.items()},
+        "seconds": {name: side["step_s"] for name, side in summary.items()},
     }
+    if "baseline" in summary:
+        speedup = summary["baseline"]["step_s"] / summary["current"]["step_s"]
+        report["speedup"] = round(speedup, 2)
+        line += f"; speedup {speedup:.2f}x"
+    print(line)
+    report.update(
+        {
+            "matmul_peak": peak,
+            "copy_gbytes_per_s": bandwidth,
+            "model": shape,
+            **summary,
+            "steps": {name: path["steps"] for name, path in merged.items()},
+        }
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {args.out}")

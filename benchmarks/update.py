@@ -292,9 +292,7 @@ def collect_batch(trainer: Trainer) -> tuple[list, dict]:
 
 def count_work(trainer: Trainer, data: UpdateData) -> dict:
     t = trainer.config.trainer
-    chunks = update_chunks(
-        data, t.ppo_epochs, t.mini_batch_size, t.micro_batch_size, t.seed, t.sort_micro_batches
-    )
+    chunks = update_chunks(data, t.ppo_epochs, t.mini_batch_size, t.micro_batch_size, t.seed)
     update = add_counts([chunk_counts(p.input_ids, p.attention_mask, p.loss_mask) for p in chunks])
     score = add_counts(
         [

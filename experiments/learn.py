@@ -236,8 +236,8 @@ def load_resume(
         raise SystemExit(f"--resume: {root / RESULT_FILE} is unreadable ({err})") from None
     if isinstance(before.get("training_started"), float | int):
         before["train_minutes"] += minutes_trained_since(run, before["training_started"])
-    saved = check_references(config.load(str(run.config)))
-    cfg = check_references(config.load(str(run.config), overrides))
+    saved = check_references(config.load_run(run.config))
+    cfg = check_references(config.load_run(run.config, overrides))
     check_resume(run, saved, cfg, sft=before.get("training") == "sft")
     use_threads(cfg)
     fix = "resume with the run's own --eval-n, --temperature and rollout settings"

@@ -6,9 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from ragen import config, models
 from ragen.cli import build_parser, main
+from ragen.viewer.app import create_app
 
 
 def _all_commands(parser, prefix=()):
@@ -128,12 +130,21 @@ def test_eval_refuses_bad_input_before_loading(capsys):
     assert "rollout.max_turns=0" in capsys.readouterr().err
 
 
+def _old_config_yaml(cfg: config.Config) -> str:
+    """``cfg`` as a run saved it while trainer.scoring_pass, prefix_sharing and
+    sort_micro_batches existed (since removed)."""
+    removed = ["scoring_pass: auto", "prefix_sharing: mini_batch", "sort_micro_batches: true"]
+    old = "trainer:\n" + "".join(f"  {line}\n" for line in removed)
+    return config.to_yaml(cfg).replace("trainer:\n", old, 1)
+
+
 def test_monitor_report_and_view_run_from_the_command_line(tmp_path, capsys):
     from tests.monitor.streams import collapsing
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text(config.to_yaml(config.load("bandit")))
+    # a run saved before keys were removed from the config: its readers still read it
+    (run / "config.yaml").write_text(_old_config_yaml(config.load("bandit")))
     lines = [json.dumps(r) for r in collapsing(0)]
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["monitor", str(run)]) == 0
@@ -141,6 +152,8 @@ def test_monitor_report_and_view_run_from_the_command_line(tmp_path, capsys):
     assert "WARNING rollout/reward_std" in printed and "COLLAPSE rollout/success" in printed
     assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "summary.md").is_file()
+    overview = TestClient(create_app(run)).get("/api/run").json()
+    assert overview["config"]["env"] == "bandit" and overview["notices"] == []
     assert main(["view", str(tmp_path / "nothing")]) == 2
     assert "run directory" in capsys.readouterr().err
 

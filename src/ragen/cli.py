@@ -128,8 +128,8 @@ def _resumed(path: str, overrides: list[str], command: str):
     if not run.config.is_file():
         raise UsageError(f"{path} is not a run directory (no config.yaml)")
     run.check_writable()
-    cfg = check_references(config.load(str(run.config), overrides))
-    saved = check_references(config.load(str(run.config)))
+    cfg = check_references(config.load_run(run.config, overrides))
+    saved = check_references(config.load_run(run.config))
     check_resume(run, saved, cfg, sft=command == "sft")
     return cfg, run
 

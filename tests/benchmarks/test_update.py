@@ -19,8 +19,9 @@ TINY = [
 
 
 def test_the_plain_scoring_gives_the_rows_ragen_scores_and_the_plain_update_trains():
-    with update.collected("bandit", [*TINY, "trainer.scoring_pass=always"]) as run:
+    with update.collected("bandit", TINY) as run:
         trainer, _, kept, _ = run
+        trainer.on_policy = lambda kept: False  # a scoring pass before the update
         torch.nn.init.normal_(trainer.m.critic.head.weight, std=0.1)  # values other than 0
         ragen = trainer.prepare(kept)  # a full scoring pass: every field filled
         plain = update.plain_score(trainer, kept, micro=3)

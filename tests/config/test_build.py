@@ -47,6 +47,9 @@ BAD_VALUES = [
     (["trainer.critic_lr=2"], "trainer.critic_lr", "<= 1.0"),
     (["trainer.eval_split=train"], "trainer.eval_split", "dev, test"),
     (["model.attention=flash"], "model.attention", "ragen, sdpa"),
+    (["trainer.scoring_pass=always"], "trainer.scoring_pass was removed", "drop the key"),
+    (["trainer.prefix_sharing=mini_batch"], "trainer.prefix_sharing was removed", "once per"),
+    (["trainer.sort_micro_batches=false"], "trainer.sort_micro_batches was removed", "like"),
 ]
 
 

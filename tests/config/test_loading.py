@@ -10,6 +10,7 @@ import pytest
 from ragen import config
 from ragen.cli import main
 from ragen.config import ConfigError
+from ragen.config.build import REMOVED_KEYS
 
 GAMES = ["bandit", "sokoban", "frozen-lake", "countdown"]
 """The games that ship a CPU preset, a -gpu one, and a -starpo variant of each."""
@@ -83,6 +84,28 @@ def test_yaml_round_trip(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text(config.to_yaml(c, doc=True))
     assert config.load(str(path)) == c
+
+
+@pytest.mark.parametrize("key", sorted(REMOVED_KEYS))
+def test_a_removed_key_is_refused_in_a_new_config_and_dropped_from_a_runs(key, tmp_path):
+    section, name = key.split(".")
+    value = {"trainer.scoring_pass": "always", "trainer.prefix_sharing": "micro_batch"}
+    override = f"{key}={value.get(key, 'false')}"
+    refused = f"config: {key} was removed: {REMOVED_KEYS[key]}; drop the key"
+    with pytest.raises(ConfigError) as err:
+        config.load("bandit", [override])
+    assert str(err.value) == refused
+    # a run's config.yaml written while the key existed
+    saved = config.load("bandit", ["trainer.steps=3"])
+    text = config.to_yaml(saved).replace(f"{section}:\n", f"{section}:\n  {name}: false\n", 1)
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"{key} was removed"):
+        config.load(str(path))  # taken as a new config's preset: refused
+    assert config.load_run(path) == saved  # read as the run's own: the key dropped
+    assert config.load_run(path, ["trainer.steps=5"]).trainer.steps == 5
+    with pytest.raises(ConfigError, match=f"{key} was removed"):
+        config.load_run(path, [override])  # a new setting is refused as anywhere
 
 
 SHOWN_BAD = [

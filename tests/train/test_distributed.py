@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.train.openings import each_micro_batch_runs_its_opening
 
 from ragen import config
 from ragen.cli import main
@@ -228,15 +229,15 @@ def test_two_processes_resume_from_their_checkpoint(one_process, two_processes, 
 
 # Sharded models run the shared opening once per micro-batch (each of their forwards is a
 # collective), so their reference does too: the same sums, in the same order, per row.
-FSDP = ["trainer.parallel=fsdp", "trainer.prefix_sharing=micro_batch"]
+FSDP = ["trainer.parallel=fsdp"]
 
 
 @pytest.fixture(scope="module")
 def sharded_reference(tmp_path_factory) -> RunDir:
     """The sharded runs' reference: ``one_process`` with the opening run per micro-batch."""
-    cfg = config.load("sokoban", [*RUN, "trainer.prefix_sharing=micro_batch", "trainer.steps=4"])
+    cfg = config.load("sokoban", [*RUN, "trainer.steps=4"])
     run = create_run_dir(tmp_path_factory.mktemp("one-micro") / "run", cfg)
-    with _one_thread():
+    with _one_thread(), each_micro_batch_runs_its_opening():
         RunLoop(Trainer(cfg), run).train()
     return run
 

@@ -15,6 +15,7 @@ import torch
 from ragen import config, models
 from ragen.algos import whiten
 from ragen.algos.gigpo import anchor_ids, gigpo
+from ragen.cli import main
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train import checkpoint
@@ -115,6 +116,18 @@ def test_resume_replays_the_uninterrupted_run(tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     ca, cb = straight.trainer.m.critic.state_dict(), resumed.trainer.m.critic.state_dict()
     assert all(torch.equal(ca[k], cb[k]) for k in ca)
+
+
+def test_a_run_saved_with_keys_since_removed_resumes(tmp_path, capsys):
+    _, run = _train(tmp_path, "old", "trainer.steps=1")
+    removed = "trainer:\n  scoring_pass: always\n  prefix_sharing: micro_batch\n"
+    run.config.write_text(run.config.read_text().replace("trainer:\n", removed, 1))
+    # the saved keys are dropped; an override that sets one is refused, as in a new run
+    assert main(["train", "--resume", str(run.root), "trainer.scoring_pass=auto"]) == 2
+    assert "trainer.scoring_pass was removed" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run.root), "trainer.steps=2"]) == 0
+    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
+    assert "scoring_pass" not in run.config.read_text()  # it records what it ran with
 
 
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, ragen_home):
@@ -340,8 +353,6 @@ def test_non_finite_loss_skips_the_step_and_keeps_the_weights():
 
 
 def test_train_command_refuses_bad_config_without_a_run_dir(tmp_path, capsys):
-    from ragen.cli import main
-
     out = tmp_path / "never"
     assert main(["train", "bandit", "algo.clip_hgh=1", "--out", str(out)]) == 2
     assert "algo.clip_hgh" in capsys.readouterr().err

@@ -94,7 +94,34 @@ def _as_float(value: Any, bad: ConfigError) -> float:
     return float(value)
 
 
+REMOVED_KEYS: dict[str, str] = {
+    "trainer.scoring_pass": "the update takes its old log-probs (and, with gae or "
+    "bi_level_gae, its values) from its own forward when it is exactly on-policy, and from a "
+    "scoring pass before it otherwise",
+    "trainer.prefix_sharing": "the update runs the opening every row shares once per "
+    "mini-batch (once per micro-batch with models sharded by trainer.parallel=fsdp)",
+    "trainer.sort_micro_batches": "the update cuts each mini-batch into micro-batches of rows "
+    "of like length",
+}
+"""Keys ragen no longer has, with what it does in their place. A config or override that sets
+one is refused saying so; a run directory's config.yaml written while the key existed loads
+without it (:func:`drop_removed`)."""
+
+
+def drop_removed(data: dict) -> dict:
+    """``data`` (a whole config's nested plain data) without the ``REMOVED_KEYS`` it holds: a
+    config saved by a run before they were removed."""
+    out = dict(data)
+    for dotted in REMOVED_KEYS:
+        section, key = dotted.split(".")
+        if isinstance(out.get(section), dict) and key in out[section]:
+            out[section] = {k: v for k, v in out[section].items() if k != key}
+    return out
+
+
 def _unknown_key(key: str, known: list[str]) -> ConfigError:
+    if key in REMOVED_KEYS:
+        return ConfigError(f"config: {key} was removed: {REMOVED_KEYS[key]}; drop the key")
     leaf = key.rsplit(".", 1)[-1]
     close = difflib.get_close_matches(leaf, known, n=1)
     prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""

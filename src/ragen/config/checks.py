@@ -19,7 +19,6 @@ from ragen.config.schema import (
     NEEDS_CRITIC,
     NEEDS_GROUPS,
     OLD_FILTER_MODES,
-    ROW_BY_ROW,
     AlgoConfig,
     Config,
 )
@@ -252,15 +251,6 @@ def _check_advantage_weights(c: Config) -> None:
             f"true with {a.estimator}",
             "the reweight scales grpo's group-normalised advantages by each group's reward "
             "std; use algo.estimator=grpo, or set algo.soft_advantage_reweight=false",
-        )
-    scaled = a.filter_loss_scaling != "none"
-    if scaled and a.estimator in ROW_BY_ROW and c.trainer.scoring_pass == "auto":
-        raise _contradiction(
-            "algo.filter_loss_scaling and trainer.scoring_pass",
-            f"{a.filter_loss_scaling} with {a.estimator} and scoring_pass=auto",
-            f"an on-policy update estimates {a.estimator}'s advantages itself, from the "
-            "critic it has just trained, where the scale is not applied; set "
-            "trainer.scoring_pass=always",
         )
 
 

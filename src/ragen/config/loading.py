@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ragen.config.build import build_schema
+from ragen.config.build import build_schema, drop_removed
 from ragen.config.checks import check_combinations
 from ragen.config.errors import MESSAGE_CHARS, ConfigError, short, shown
 from ragen.config.schema import Config, field_docs
@@ -232,6 +232,15 @@ def load(name_or_path: str | None, overrides: list[str] | tuple[str, ...] = ()) 
     """Resolve a preset or YAML file plus dotted overrides into a Config checked as
     :func:`from_dict` checks one; None stands for no preset: the schema's own defaults."""
     data = load_preset_data(name_or_path) if name_or_path is not None else {}
+    return from_dict(apply_overrides(data, list(overrides)))
+
+
+def load_run(config_file: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config a run directory's ``config_file`` (its config.yaml) records, with dotted
+    overrides, checked as :func:`load` checks one. Keys ragen has removed since the run was
+    started are dropped from the file rather than refused (``REMOVED_KEYS``); an override
+    that sets one is refused as in any new config."""
+    data = drop_removed(load_preset_data(str(config_file)))
     return from_dict(apply_overrides(data, list(overrides)))
 
 

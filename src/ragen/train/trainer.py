@@ -245,7 +245,7 @@ class Trainer:
         a = self.config.algo
         if a.filter_loss_scaling == "none" and not a.soft_advantage_reweight:
             return data, {}
-        assert data.advantages is not None  # the config refuses the update's own estimate
+        assert data.advantages is not None  # critic_first is False when weights apply
         weights = advantage_weights(
             torch.tensor([t.total_reward for t in kept]),
             torch.tensor([t.group for t in kept]),
@@ -340,19 +340,24 @@ class Trainer:
     def critic_first(self, kept: int) -> bool:
         """Whether the update of ``kept`` episodes trains the critic before the policy and
         estimates the advantages from its values (on-policy, a row-by-row estimator): no
-        scoring pass for the values."""
-        estimator = self.config.algo.estimator
-        return self.on_policy(kept) and self.m.critic is not None and estimator in ROW_BY_ROW
+        scoring pass for the values. Not when ``algo.filter_loss_scaling`` weighs the
+        advantages: ``weigh`` scales them before the update, so a values pass gives them."""
+        a = self.config.algo
+        return (
+            self.on_policy(kept)
+            and self.m.critic is not None
+            and a.estimator in ROW_BY_ROW
+            and a.filter_loss_scaling == "none"
+        )
 
     def on_policy(self, kept: int) -> bool:
-        """Whether the update of ``kept`` episodes is exactly on-policy and may take its old
+        """Whether the update of ``kept`` episodes is exactly on-policy and takes its old
         log-probs (and values) from its own forward: one epoch, one mini-batch, whole weights
-        on every process (sharded passes are collectives the shortcut does not line up),
-        and ``trainer.scoring_pass`` auto."""
+        on every process (sharded passes are collectives the shortcut does not line up).
+        Its own forward runs the same weights on the same rows as a scoring pass would."""
         t = self.config.trainer
         return (
-            t.scoring_pass == "auto"
-            and t.ppo_epochs == 1
+            t.ppo_epochs == 1
             and kept <= t.mini_batch_size
             and not fsdp.is_sharded(self.m.policy)
         )
@@ -376,8 +381,7 @@ class Trainer:
                 loss_mask[part],
                 temperature=self.config.rollout.temperature,
                 micro_batch=self.config.trainer.micro_batch_size,
-                share_opening=self.config.trainer.prefix_sharing == "mini_batch"
-                and not fsdp.is_sharded(self.m.policy),
+                share_opening=not fsdp.is_sharded(self.m.policy),
             )
         return {
             key: None if value is None else distributed.assemble_rows(value, rows, len(ids))

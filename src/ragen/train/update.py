@@ -62,7 +62,7 @@ class UpdateSettings:
 class UpdateData:
     """Everything the update reads, each (B, T) unless noted; rows are episodes.
 
-    On-policy shortcuts (``trainer.scoring_pass=auto``): ``old_logprobs`` None means the
+    On-policy shortcuts (``Trainer.on_policy``): ``old_logprobs`` None means the
     update's own forward gives them (same weights, same rows). ``advantages`` None means the
     update estimates them: it trains the critic first and feeds its values, with
     ``rewards``, to ``algo.estimator`` (one of ``ROW_BY_ROW``); ``returns`` and
@@ -105,18 +105,20 @@ class UpdateData:
 
 
 def mini_batch_rows(
-    attention_mask: torch.Tensor, epochs: int, size: int, seed: int, sort: bool
+    attention_mask: torch.Tensor, epochs: int, size: int, seed: int
 ) -> Iterator[torch.Tensor]:
     """The row indices of each mini-batch, in the order the update runs them: per epoch a
     permutation drawn from ``seed``, cut into mini-batches of ``size`` rows (the last holds
-    the rest), each ordered ``by_length`` when ``sort`` (trainer.sort_micro_batches).
+    the rest), each ordered ``by_length``, so that the micro-batches cut from it hold rows of
+    like length and pad less. The gradient is the mini-batch's whatever its rows' order (up
+    to float summation order).
 
     attention_mask: (B, T) of the batch, right-padded."""
     generator = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         order = torch.randperm(len(attention_mask), generator=generator)
         for mini in order.split(size):
-            yield by_length(mini, attention_mask) if sort else mini
+            yield by_length(mini, attention_mask)
 
 
 def by_length(rows: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -169,12 +171,12 @@ class _Openings:
     def of(
         cls, policy, critic, mini_data: UpdateData, mine: bool, s: UpdateSettings, autocast
     ) -> _Openings:
-        """Run the openings of the mini-batch once (``trainer.prefix_sharing=mini_batch``),
+        """Run the openings of the mini-batch once for all its micro-batches (``SharedOpening``),
         if this rank holds some of its rows (``mine``). Of all its rows, not the rank's: every
         row is then computed the same way however the rows are shared among processes. Not
         for sharded models: each of their forwards is a collective that every rank runs in
         step, and a rank's opening would be one pass more than the others expect."""
-        if s.sharded or s.trainer.prefix_sharing != "mini_batch" or not mine:
+        if s.sharded or not mine:
             return cls()
         ids, mask = mini_data.input_ids, mini_data.attention_mask
         # a head on the policy's trunk reads the policy's pass, opening included
@@ -407,9 +409,7 @@ def ppo_update(
     )
     policy.train()
     t = s.trainer
-    rows = mini_batch_rows(
-        data.attention_mask, t.ppo_epochs, t.mini_batch_size, seed, t.sort_micro_batches
-    )
+    rows = mini_batch_rows(data.attention_mask, t.ppo_epochs, t.mini_batch_size, seed)
     for mini in rows:
         mini_data = data.rows(mini)
         norm = _normaliser(mini_data.loss_mask, s.algo.loss_agg)

@@ -1,13 +1,22 @@
-"""trainer.scoring_pass=auto: an exactly on-policy update (one epoch, one mini-batch) takes its
-old log-probs from its own forward and, with gae or bi_level_gae, trains the critic first and
-estimates the advantages from that forward's values, so no scoring pass runs. Checked
-against the scoring pass (``always``) on the same episodes: the same gradients for both
-models and the same losses, in float32 on the tiny model."""
+"""The update's shortcuts, each held to a reference computed here on the same episodes (the
+same gradients for both models and the same losses, in float32 on the tiny model):
+
+- an exactly on-policy update (one epoch, one mini-batch) takes its old log-probs from its own
+  forward and, with gae or bi_level_gae, trains the critic first and estimates the advantages
+  from that forward's values, so no scoring pass runs: against the same trainer made to score
+  first, as every off-policy update does;
+- the opening every row shares runs once per mini-batch (and once per scoring pass): against
+  micro-batches that each run their own (``openings.py``);
+- micro-batches hold rows of like length: against the whole mini-batch in one micro-batch.
+"""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 import torch
+from tests.train.openings import each_micro_batch_runs_its_opening
 
 from ragen import config
 from ragen.rollout.expert import ExpertGenerator
@@ -52,6 +61,13 @@ def _trainer(*overrides: str) -> Trainer:
     return Trainer(config.load("sokoban", [*SMALL, *overrides]))
 
 
+def _scoring_first(trainer: Trainer) -> Trainer:
+    """``trainer`` made to take a scoring pass before every update, as an off-policy update
+    does: the reference of the on-policy shortcut."""
+    trainer.on_policy = lambda kept: False  # type: ignore[method-assign]
+    return trainer
+
+
 def _episodes(trainer: Trainer):
     """Episodes the solver plays (the tiny model's own replies rarely close in a few tokens,
     and an unclosed reply ends the episode), with returns that differ inside each group."""
@@ -63,7 +79,7 @@ def _episodes(trainer: Trainer):
 
 
 def _update(trainer: Trainer, episodes) -> tuple[dict, dict[str, list[torch.Tensor]]]:
-    data = trainer.prepare(episodes)
+    data, _ = trainer.weigh(trainer.prepare(episodes), episodes)
     recorders = {
         "actor": GradientRecorder(p for p in trainer.m.policy.parameters() if p.requires_grad)
     }
@@ -88,7 +104,7 @@ def _update(trainer: Trainer, episodes) -> tuple[dict, dict[str, list[torch.Tens
 )
 def test_an_on_policy_update_without_a_scoring_pass_takes_the_same_step(overrides):
     shortcut = _trainer(*overrides)
-    scored = _trainer(*overrides, "trainer.scoring_pass=always")
+    scored = _scoring_first(_trainer(*overrides))
     episodes = _episodes(shortcut)
     assert all(len(t.turns) >= 2 for t in episodes)  # several reply segments in a row
 
@@ -123,8 +139,8 @@ def test_an_on_policy_update_without_a_scoring_pass_takes_the_same_step(override
 
 @pytest.mark.parametrize(
     "overrides",
-    [["trainer.ppo_epochs=2"], ["trainer.mini_batch_size=2"], ["trainer.scoring_pass=always"]],
-    ids=["two-epochs", "two-mini-batches", "always"],
+    [["trainer.ppo_epochs=2"], ["trainer.mini_batch_size=2"]],
+    ids=["two-epochs", "two-mini-batches"],
 )
 def test_an_update_that_is_not_on_policy_scores_first(overrides):
     trainer = _trainer(*overrides)
@@ -133,11 +149,41 @@ def test_an_update_that_is_not_on_policy_scores_first(overrides):
     assert data.advantages is not None
 
 
-def _assert_same_step(got_trainer: Trainer, want_trainer: Trainer) -> None:
-    """The two trainers' updates on the same episodes give the same gradients and losses."""
+def test_advantages_weighted_by_the_filter_come_from_a_values_pass():
+    # algo.filter_loss_scaling scales the advantages before the update, so an on-policy
+    # update with gae takes its values from a scoring pass rather than training the critic
+    # first; the old log-probs still come from its own forward. 1 of 2 groups kept: sqrt(1/2).
+    overrides = [
+        "algo.estimator=gae",
+        "algo.filter_loss_scaling=sqrt",
+        "algo.filter_ratio=0.5",
+        "trainer.mini_batch_size=2",
+        "trainer.micro_batch_size=1",
+    ]
+    shortcut = _trainer(*overrides)
+    kept, _ = shortcut.filter(_episodes(shortcut))
+    assert len(kept) == 2 and shortcut.on_policy(len(kept))
+    data = shortcut.prepare(kept)
+    assert data.old_logprobs is None and data.advantages is not None
+    weighted, _ = shortcut.weigh(data, kept)
+    torch.testing.assert_close(weighted.advantages, data.advantages * 0.5**0.5)
+
+    got, got_grads = _update(shortcut, kept)
+    want, want_grads = _update(_scoring_first(_trainer(*overrides)), kept)
+    for name in ("actor", "critic"):
+        for g, w in zip(got_grads[name], want_grads[name], strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    for key in ("actor/pg_loss", "critic/value_loss", "actor/grad_norm", "critic/grad_norm"):
+        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
+
+
+def _assert_same_step(got_trainer: Trainer, want_trainer: Trainer, *, reference=nullcontext):
+    """The two trainers' updates on the same episodes give the same gradients and losses;
+    ``want_trainer``'s runs inside ``reference()``."""
     episodes = _episodes(got_trainer)
     got, got_grads = _update(got_trainer, episodes)
-    want, want_grads = _update(want_trainer, episodes)
+    with reference():
+        want, want_grads = _update(want_trainer, episodes)
     for name in want_grads:
         for g, w in zip(got_grads[name], want_grads[name], strict=True):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
@@ -145,33 +191,34 @@ def _assert_same_step(got_trainer: Trainer, want_trainer: Trainer) -> None:
         assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
 
 
-@pytest.mark.parametrize("scoring_pass", ["auto", "always"])
-def test_the_opening_run_once_per_mini_batch_takes_the_same_step(scoring_pass):
-    # trainer.prefix_sharing: mini_batch runs the shared opening once for the update's two
-    # micro-batches (and once for the scoring pass's), micro_batch once for each of them
-    common = ["algo.estimator=gae", f"trainer.scoring_pass={scoring_pass}"]
-    once = _trainer(*common)
-    each = _trainer(*common, "trainer.prefix_sharing=micro_batch")
-    _assert_same_step(once, each)
+@pytest.mark.parametrize("scored", [False, True], ids=["on-policy", "scored-first"])
+def test_the_opening_run_once_per_mini_batch_takes_the_same_step(scored):
+    # the opening once for the update's two micro-batches (and once for the scoring pass's),
+    # against once for each of them
+    once, each = _trainer("algo.estimator=gae"), _trainer("algo.estimator=gae")
+    if scored:
+        once, each = _scoring_first(once), _scoring_first(each)
+    _assert_same_step(once, each, reference=each_micro_batch_runs_its_opening)
 
 
 def test_micro_batches_of_rows_of_like_length_take_the_same_step():
-    common = ["algo.estimator=gae", "trainer.micro_batch_size=1"]
-    sorted_ = _trainer(*common)
-    shuffled = _trainer(*common, "trainer.sort_micro_batches=false")
-    _assert_same_step(sorted_, shuffled)
+    # four micro-batches of one row, cut longest first, against the mini-batch in one
+    sorted_ = _trainer("algo.estimator=gae", "trainer.micro_batch_size=1")
+    whole = _trainer("algo.estimator=gae", "trainer.micro_batch_size=4")
+    _assert_same_step(sorted_, whole)
 
 
 def test_rows_go_longest_first_ties_in_their_order():
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 0, 0]])
     rows = torch.tensor([4, 0, 2, 1, 3])
     assert by_length(rows, mask).tolist() == [1, 3, 4, 0, 2]
-    # the update's mini-batches: one permutation per epoch, cut, each sorted when asked
-    minis = list(mini_batch_rows(mask, epochs=2, size=3, seed=0, sort=True))
+    # the update's mini-batches: one permutation per epoch, cut, each sorted
+    minis = list(mini_batch_rows(mask, epochs=2, size=3, seed=0))
     assert [len(m) for m in minis] == [3, 2, 3, 2]
     for m in minis:
         lengths = mask[m].sum(dim=1).tolist()
         assert lengths == sorted(lengths, reverse=True)
-    plain = list(mini_batch_rows(mask, epochs=2, size=3, seed=0, sort=False))
+    generator = torch.Generator().manual_seed(0)
+    plain = [m for _ in range(2) for m in torch.randperm(5, generator=generator).split(3)]
     for a, b in zip(minis, plain, strict=True):
         assert sorted(a.tolist()) == sorted(b.tolist())  # the same rows, reordered
