@@ -357,9 +357,7 @@ class Trainer:
         Its own forward runs the same weights on the same rows as a scoring pass would."""
         t = self.config.trainer
         return (
-            t.ppo_epochs == 1
-            and kept <= t.mini_batch_size
-            and not fsdp.is_sharded(self.m.policy)
+            t.ppo_epochs == 1 and kept <= t.mini_batch_size and not fsdp.is_sharded(self.m.policy)
         )
 
     def score(
