@@ -301,6 +301,31 @@ def test_decode_rows_share_no_prefix_their_caches_disagree_on(tiny):
     assert gen._shared_prefix(contexts, sources) is None
 
 
+def test_a_model_with_a_sliding_window_decodes_over_its_own_copies(tiny):
+    """ragen's shared-prefix decode reads the whole prefix; a sliding-window model must see
+    its window in the mask instead, so its rows keep their own copies of the opening."""
+    model, tokenizer = tiny
+    gen = make_generator("hf", model, tokenizer)
+    assert isinstance(gen, CachedGenerator)
+    prompt = list(range(100, 260))
+    contexts = [[*prompt, 7], [*prompt, 8]]
+    jobs = gen._plan([Request(i, c) for i, c in enumerate(contexts)])
+    gen._prefill(jobs)
+    sources = [job.kv for job in jobs]
+    assert gen._shared_prefix(contexts, sources) is not None
+    try:
+        model.config.sliding_window = 64
+        assert gen._shared_prefix(contexts, sources) is None
+        model.config.use_sliding_window = False  # Qwen2's switch: the window is off
+        assert gen._shared_prefix(contexts, sources) is not None
+        model.config.sliding_window, model.config.layer_types = None, ["sliding_attention"]
+        assert gen._shared_prefix(contexts, sources) is None
+    finally:
+        for key in ("sliding_window", "use_sliding_window", "layer_types"):
+            if hasattr(model.config, key):
+                delattr(model.config, key)
+
+
 def test_embedded_sokoban_rollouts_are_the_same_with_the_opening_held_once(embedded):
     """The embedded model plays Sokoban with two worked turns (an ~800-token opening every
     row shares): decode batches holding it once play the same episodes as batches that copy

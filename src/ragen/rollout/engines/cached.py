@@ -259,7 +259,9 @@ class CachedGenerator(Engine):
     def _shared_prefix(self, contexts: list[list[int]], sources: list[torch.Tensor]):
         """The keys/values (layers, 2, H_kv, P, D) of the P leading tokens that every row of
         a decode batch has, bit for bit; None when rows share fewer than
-        ``_MIN_SHARED_PREFIX`` tokens or the model's attention cannot take them.
+        ``_MIN_SHARED_PREFIX`` tokens or the model's attention cannot take them (not
+        ragen's decode attention, or a sliding window: the prefix is read whole, so a
+        window that would hide its oldest tokens must see them masked instead).
 
         Each decode step then reads the prefix once for the whole batch instead of once per
         row. Rows hold equal bits for their shared tokens because every cache of them
@@ -273,6 +275,7 @@ class CachedGenerator(Engine):
             or len(sources) < 2
             or model.device.type != "cpu"
             or getattr(model.config, "_attn_implementation", None) != DECODE_ATTENTION
+            or has_sliding_window(model.config)
         ):
             return None
         common = _shared_length(contexts)
@@ -389,6 +392,15 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     if a[:n] == b[:n]:
         return n
     return next(k for k in range(n) if a[k] != b[k])
+
+
+def has_sliding_window(config) -> bool:
+    """Whether any layer of a model with this transformers config attends through a sliding
+    window (a ``sliding_window`` that is in use, or a ``sliding_attention`` layer type)."""
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        return True
+    window = getattr(config, "sliding_window", None)
+    return window is not None and getattr(config, "use_sliding_window", True) is not False
 
 
 def _shared_length(sequences: Sequence[Sequence[int]]) -> int:
