@@ -3,16 +3,15 @@
 Each row draws from its own ``torch.Generator`` (see :func:`row_generators`), so a row's
 sample depends on its logits and its generator only, never on the batch it is decoded in.
 Gumbel-max (the argmax of log-probability plus Gumbel noise) drawn over the whole vocabulary
-took V numbers per row and step: 27.7 ms a decode step at 32 rows × 49k tokens on this CPU
-(one thread), up to a tenth of the step. The vocabulary is cut into blocks instead (3.0 ms):
-Gumbel-max over the blocks' log-masses picks a block, Gumbel-max inside it picks the token,
-the same distribution (P(token) = P(block) · P(token | block)) from ``V / _BLOCK + _BLOCK``
-numbers per row. It keeps what makes Gumbel-max robust: the pick changes only where two
-perturbed scores tie to within the logits' rounding, so two backends whose logits differ in
-the last bits still sample the same tokens. (Inverting the cumulative distribution with one
-number would be cheaper still, but in the long tail of tiny probabilities a shift of the
-running sum by rounding moves the pick to a neighbouring token: the ``hf`` and ``naive``
-backends then played different episodes, 6 of 32, on the rollout benchmark.)
+takes V numbers per row and step, a visible share of a decode step. The vocabulary is cut
+into blocks instead: Gumbel-max over the blocks' log-masses picks a block, Gumbel-max inside
+it picks the token, the same distribution (P(token) = P(block) · P(token | block)) from
+``V / _BLOCK + _BLOCK`` numbers per row (docs/performance.md has the timings). It keeps what
+makes Gumbel-max robust: the pick changes only where two perturbed scores tie to within the
+logits' rounding, so two backends whose logits differ in the last bits still sample the same
+tokens. (Inverting the cumulative distribution with one number would be cheaper still, but in
+the long tail of tiny probabilities a shift of the running sum by rounding moves the pick to
+a neighbouring token, and the ``hf`` and ``naive`` backends would play different episodes.)
 """
 
 from __future__ import annotations
