@@ -42,6 +42,7 @@ from pathlib import Path
 from ragen import config
 from ragen.config import ConfigError
 from ragen.config.schema import opt
+from ragen.run.rundir import RunDir
 from ragen.train.preflight import check_references
 
 STUDY_SUFFIX = ".yaml"
@@ -383,8 +384,6 @@ def _warm_start(
     always saves its last step); (None, None) without a warm start."""
     if warm is None:
         return None, None
-    from ragen.run.rundir import RunDir
-
     settings = (*warm.overrides, *overrides, f"trainer.seed={seed}")
     cfg = config.load(warm.preset, list(settings))
     root = out / WARM_START / f"seed-{seed}"
