@@ -385,7 +385,7 @@ def _check_env(name: str) -> int:
 
 def _cmd_play(args: argparse.Namespace) -> int:
     from ragen import envs
-    from ragen.envs.play import play
+    from ragen.envs.play import play, split_actions
 
     try:
         envs.spec(args.name)  # a user's env is imported here, to be played
@@ -393,7 +393,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     actions = None
     if args.actions is not None:
-        actions = [a.strip() for a in args.actions.replace("||", ",").split(",") if a.strip()]
+        actions = split_actions(args.actions)
     return play(args.name, seed=args.seed, actions=actions)
 
 
@@ -525,7 +525,10 @@ def _add_env_commands(commands) -> None:
     p = _command(commands, "play", "play an environment in the terminal")
     p.add_argument("name", help=ENV_HELP)
     p.add_argument("--seed", type=_non_negative_int, default=0, help="level seed")
-    p.add_argument("--actions", help='play a fixed sequence non-interactively, e.g. "Up,Left,Left"')
+    p.add_argument(
+        "--actions",
+        help='play a fixed sequence non-interactively, e.g. "Up,Left,Left" or "(2,3,5), (1,1,4)"',
+    )
     p.set_defaults(func=_cmd_play)
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from ragen import envs
-from ragen.envs.play import describe_envs, play
+from ragen.envs.play import describe_envs, play, split_actions
 from ragen.envs.sokoban import solve
 
 
@@ -73,3 +73,19 @@ def test_interactive_play_ends_with_the_episode():
 def test_unknown_name_raises_with_the_allowed_names():
     with pytest.raises(ValueError, match="allowed names: bandit, bandit-rev"):
         play("tetris", read=lambda _: "", write=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    ("text", "actions"),
+    [
+        ("Up,Left,Left", ["Up", "Left", "Left"]),
+        ("Up || Down, Right", ["Up", "Down", "Right"]),
+        ("(2,3,5), (1,1,4)", ["(2,3,5)", "(1,1,4)"]),
+        ("place 5 at row 2 col 3,(1, 2, 3)", ["place 5 at row 2 col 3", "(1, 2, 3)"]),
+        (" , ,", []),
+        ("(2,3", ["(2,3"]),  # an unclosed parenthesis keeps the rest as one action
+        ("2,3)", ["2", "3)"]),
+    ],
+)
+def test_actions_split_on_commas_outside_parentheses(text, actions):
+    assert split_actions(text) == actions

@@ -23,6 +23,28 @@ def describe_envs() -> str:
     return "\n".join(f"{name:<{width}}  {text}" for name, text in lines.items())
 
 
+def split_actions(text: str) -> list[str]:
+    """The actions of a ``--actions`` string: split on ``||`` and on commas outside
+    parentheses, so Sudoku's ``(2,3,5)`` stays one action; blanks are dropped.
+
+    ``"Up,Left || Down"`` -> ``["Up", "Left", "Down"]``;
+    ``"(2,3,5), (1,1,4)"`` -> ``["(2,3,5)", "(1,1,4)"]``.
+    """
+    actions, current, depth = [], [], 0
+    for char in text.replace("||", ","):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        if char == "," and depth == 0:
+            actions.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    actions.append("".join(current))
+    return [action.strip() for action in actions if action.strip()]
+
+
 def _report(step: int, action: str, result: StepResult, total: float) -> str:
     valid = "" if result.info["action_valid"] else " (not a valid action: nothing happened)"
     status = "terminated" if result.terminated else "truncated" if result.truncated else "running"
