@@ -103,3 +103,18 @@ def test_bounds_leave_room_for_paper_scale_gpu_runs():
     assert config.kept_episodes(c) == 256 * 64
     with pytest.raises(ConfigError, match="<= 1000000"):
         config.load("bandit", [f"trainer.eval_episodes={config.MAX_EVAL_EPISODES + 1}"])
+
+
+@pytest.mark.parametrize(
+    ("override", "kind"),
+    [("env.name=2048", "number"), ("env.name=1.5", "number"), ("model.spec=yes", "boolean")],
+)
+def test_a_name_yaml_reads_as_a_number_is_refused_with_the_quoting_that_fixes_it(override, kind):
+    key, value = override.split("=")
+    with pytest.raises(ConfigError) as refused:
+        config.load("sudoku", [override])
+    message = str(refused.value)
+    assert f"YAML read it as a {kind}: quote it" in message
+    shown = message.split("=", 1)[1].split(" ", 1)[0]
+    fixed = config.load("sudoku", [f'{key}="{shown}"'])
+    assert fixed.env.name == shown if key == "env.name" else fixed.model.spec == shown

@@ -71,6 +71,12 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if check is None:
         raise TypeError(f"config schema uses an unsupported type {tp!r} at {key}")
     if not check(value):
+        if tp is str and isinstance(value, int | float):  # bool is an int too
+            raise ConfigError(
+                f"config: {key}={echoed} has the wrong type: must be a string, and YAML read "
+                f"it as a {'boolean' if isinstance(value, bool) else 'number'}: quote it ({key}='\"{echoed}\"' on the "
+                f'command line, "{echoed}" in a file)'
+            )
         raise bad
     return value
 
