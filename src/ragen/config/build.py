@@ -42,6 +42,19 @@ def _scalar_check(tp: Any) -> Any:
     }.get(tp)
 
 
+def _quoting_hint(key: str, value: Any) -> ConfigError:
+    """The refusal of a non-string where a string belongs; YAML reads 2048 or yes as a number
+    or a boolean, so say how to quote it."""
+    echoed = shown(value)
+    if not isinstance(value, int | float):  # bool is an int too
+        return ConfigError(f"config: {key}={echoed} has the wrong type: must be a string")
+    kind = "boolean" if isinstance(value, bool) else "number"
+    return ConfigError(
+        f"config: {key}={echoed} has the wrong type: must be a string, and YAML read it as a "
+        f'{kind}: quote it ({key}=\'"{echoed}"\' on the command line, "{echoed}" in a file)'
+    )
+
+
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     """Check ``value`` against type ``tp``; return it converted (int → float, '1e-6' → float)."""
     echoed = shown(value)
@@ -71,13 +84,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if check is None:
         raise TypeError(f"config schema uses an unsupported type {tp!r} at {key}")
     if not check(value):
-        if tp is str and isinstance(value, int | float):  # bool is an int too
-            raise ConfigError(
-                f"config: {key}={echoed} has the wrong type: must be a string, and YAML read "
-                f"it as a {'boolean' if isinstance(value, bool) else 'number'}: quote it ({key}='\"{echoed}\"' on the "
-                f'command line, "{echoed}" in a file)'
-            )
-        raise bad
+        raise _quoting_hint(key, value) if tp is str else bad
     return value
 
 
