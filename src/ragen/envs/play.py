@@ -30,7 +30,9 @@ def split_actions(text: str) -> list[str]:
     ``"Up,Left || Down"`` -> ``["Up", "Left", "Down"]``;
     ``"(2,3,5), (1,1,4)"`` -> ``["(2,3,5)", "(1,1,4)"]``.
     """
-    actions, current, depth = [], [], 0
+    actions: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text.replace("||", ","):
         if char == "(":
             depth += 1
