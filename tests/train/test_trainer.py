@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config, models
 from ragen.algos import whiten
@@ -24,19 +25,7 @@ from ragen.train.scoring import policy_logprobs
 from ragen.train.trainer import Trainer, step_env_seeds
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
 
-SMALL = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.eval_every=0",
-    "trainer.actor_lr=1e-3",
-    "trainer.critic_lr=1e-3",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
+SMALL = [*TINY_RL, NO_TENSORBOARD, "trainer.actor_lr=1e-3", "trainer.critic_lr=1e-3"]
 
 
 def _config(*overrides):
