@@ -40,8 +40,10 @@ format: install
 	$(BIN)/ruff check --fix src tests benchmarks experiments
 	$(BIN)/ruff format src tests benchmarks experiments
 
+# The default suite over two workers (pytest-xdist), then its wall time.
 test: lint
-	$(BIN)/python -m pytest
+	@start=$$(date +%s); $(BIN)/python -m pytest -n 2; status=$$?; \
+	echo "make test: the default suite took $$(( $$(date +%s) - start )) s"; exit $$status
 
 # The viewer in a real browser: Debian's chromium (apt-get install chromium) via Playwright.
 test-browser: install
