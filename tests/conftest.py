@@ -13,9 +13,9 @@ import torch
 
 # Under pytest-xdist (`make test` runs `-n 2`) each worker computes on one thread, as do the
 # runs it starts: two workers of two threads each on a 2-core machine wait on each other.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 _HOME = tempfile.mkdtemp(prefix="ragen-test-home-")
 os.environ["RAGEN_HOME"] = _HOME
