@@ -40,8 +40,11 @@ format: install
 	$(BIN)/ruff check --fix src tests benchmarks experiments
 	$(BIN)/ruff format src tests benchmarks experiments
 
+# The default suite over two workers (pytest-xdist), each test module on one worker so a
+# module's shared run is made once, then its wall time.
 test: lint
-	$(BIN)/python -m pytest
+	@start=$$(date +%s); $(BIN)/python -m pytest -n 2 --dist loadscope; status=$$?; \
+	echo "make test: the default suite took $$(( $$(date +%s) - start )) s"; exit $$status
 
 # The viewer in a real browser: Debian's chromium (apt-get install chromium) via Playwright.
 test-browser: install

@@ -9,6 +9,13 @@ import shutil
 import tempfile
 
 import pytest
+import torch
+
+# Under pytest-xdist (`make test` runs `-n 2`) each worker computes on one thread, as do the
+# runs it starts: two workers of two threads each on a 2-core machine wait on each other.
+if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 _HOME = tempfile.mkdtemp(prefix="ragen-test-home-")
 os.environ["RAGEN_HOME"] = _HOME
@@ -35,3 +42,25 @@ def tiny():
     from ragen import models
 
     return models.load_policy("tiny", dtype="float32")
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_unchanged(request):
+    """Fail a test that leaves torch's thread count other than it found it: every test after
+    it would compute with that count, and two threads beside a busy core wait on each other
+    at every barrier (the embedded-model tests ran ten times slower). The count is restored
+    either way."""
+    before = torch.get_num_threads()
+    yield
+    after = torch.get_num_threads()
+    if after != before:
+        torch.set_num_threads(before)
+        pytest.fail(f"{request.node.nodeid} left torch at {after} threads, not {before}")
+
+
+@pytest.fixture
+def keep_threads():
+    """For a test that sets torch's thread count: the count it found is given back."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)

@@ -12,23 +12,13 @@ import subprocess
 import sys
 
 import pytest
+from tests.small import TINY_RL
 
 from ragen import config
 from ragen.cli import main
 from ragen.run.rundir import create_run_dir
 from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
-
-SMALL = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.eval_every=0",
-    "logging.progress=false",
-]
 
 SIZE_LIMITED = """
 import resource, signal, sys
@@ -63,8 +53,8 @@ def _files(folder):
 
 
 COMMANDS = {
-    "train": ["train", "bandit", *SMALL],
-    "sft": ["sft", "bandit", *SMALL],
+    "train": ["train", "bandit", *TINY_RL],
+    "sft": ["sft", "bandit", *TINY_RL],
     "eval": ["eval", "--env", "bandit", "--model", "tiny", "--n", "2"],
     "study": ["study", "collapse"],
 }
@@ -127,7 +117,7 @@ def test_a_write_failing_after_an_evaluation_leaves_nothing_partial(
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A finished 1-step run of the tiny model, for the viewer's export."""
-    cfg = config.load("bandit", [*SMALL, "trainer.steps=1", "trainer.save_every=0"])
+    cfg = config.load("bandit", [*TINY_RL, "trainer.steps=1", "trainer.save_every=0"])
     run = create_run_dir(tmp_path_factory.mktemp("disk") / "run", cfg)
     RunLoop(Trainer(cfg), run).train()
     return run.root

@@ -3,17 +3,14 @@
 import copy
 
 import torch
+from tests.small import TINY_RL
 
 from benchmarks import update
 
 TINY = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
+    *TINY_RL,
     "algo.filter_ratio=1",
     "trainer.mini_batch_size=8",
-    "trainer.micro_batch_size=2",
     "trainer.update_dtype=float32",
 ]
 

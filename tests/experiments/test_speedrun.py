@@ -27,6 +27,7 @@ RECIPE = [
 ]
 
 
+@pytest.mark.usefixtures("keep_threads")  # speedrun.main pins the process's torch threads
 def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
     monkeypatch.setattr(speedrun, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(speedrun, "DOCS", tmp_path / "docs")
@@ -34,7 +35,7 @@ def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
     out = tmp_path / "runs"
     (out / "seed-0" / "sft").mkdir(parents=True)  # a seed killed before it logged a step
     argv = ["frozen-lake", "--budget", "5", "--warmup", "2", "--seeds", "1", "--test-n", "3"]
-    argv += ["--dev-n", "2", "--name", "tiny", "--out", str(out), *RECIPE]
+    argv += ["--dev-n", "2", "--threads", "1", "--name", "tiny", "--out", str(out), *RECIPE]
     speedrun.main(argv)
 
     result = json.loads((tmp_path / "results" / "speedrun_tiny.json").read_text())

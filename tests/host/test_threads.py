@@ -110,13 +110,6 @@ class _Clock:
         self.busy += round((ours + others) * 100 * seconds)
 
 
-@pytest.fixture
-def keep_threads():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.usefixtures("keep_threads")
 def test_the_follower_gives_a_core_up_to_a_new_job_and_takes_it_back(monkeypatch):
     clock, said = _Clock(monkeypatch), []

@@ -6,6 +6,7 @@ import argparse
 import matplotlib.image
 import pytest
 from tests.monitor import streams
+from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen.monitor.collapse import Alert, MonitorConfig, replay
 from ragen.report import command
@@ -175,19 +176,13 @@ def test_report_on_a_real_tiny_run(tmp_path):
     cfg = config.load(
         "bandit",  # single-turn and critic-free: the cheapest real run
         [
-            "model.spec=tiny",
+            *TINY_RL,
+            NO_TENSORBOARD,
             "algo.estimator=grpo",
-            "rollout.groups=4",
-            "rollout.group_size=2",
-            "rollout.max_reply_tokens=6",
-            "trainer.mini_batch_size=4",
-            "trainer.micro_batch_size=2",
             "trainer.steps=3",
             "trainer.eval_every=2",
             "trainer.eval_episodes=2",
             "trainer.eval_before=true",
-            "logging.progress=false",
-            "logging.tensorboard=false",
         ],
     )
     run = create_run_dir(tmp_path / "tiny-run", cfg)

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 from safetensors.torch import load_file
+from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config, models
 from ragen.run.rundir import create_run_dir
@@ -16,19 +17,7 @@ from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 # One quick step of the tiny model on Bandit with a critic that learns fast.
-ONE_STEP = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.steps=1",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.eval_every=0",
-    "trainer.critic_lr=1e-3",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
+ONE_STEP = [*TINY_RL, NO_TENSORBOARD, "trainer.steps=1", "trainer.critic_lr=1e-3"]
 
 
 def _rows(vocab: int):

@@ -2,6 +2,7 @@
 trainer.eval_k: tries per evaluation seed."""
 
 import pytest
+from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config
 from ragen.report.runs import load_run
@@ -12,19 +13,13 @@ from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
 TINY_BANDIT = [
-    "model.spec=tiny",
+    *TINY_RL,
+    NO_TENSORBOARD,
     "algo.estimator=grpo",  # critic-free: the cheapest real run
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
     "trainer.eval_every=2",
     "trainer.eval_episodes=2",
     "trainer.save_every=2",
     "env.eval_names=[bandit]",
-    "logging.progress=false",
-    "logging.tensorboard=false",
 ]
 
 

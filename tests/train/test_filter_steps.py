@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config
 from ragen.algos import sampled_entropy
@@ -14,17 +15,7 @@ from ragen.train import checkpoint
 from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
-SMALL = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.eval_every=0",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
+SMALL = [*TINY_RL, NO_TENSORBOARD]
 
 
 class ConstantReturns(Trainer):

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config
 from ragen.cli import main
@@ -14,18 +15,7 @@ from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
-SMALL = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.eval_every=0",
-    "monitor.template_every=0",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
+SMALL = [*TINY_RL, NO_TENSORBOARD, "monitor.template_every=0"]
 EPISODES = 8  # rollout.groups × rollout.group_size
 
 # The run in a child whose files may not grow past 1 MB: the logs fit, a checkpoint does not

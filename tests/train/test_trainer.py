@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config, models
 from ragen.algos import whiten
@@ -24,19 +25,7 @@ from ragen.train.scoring import policy_logprobs
 from ragen.train.trainer import Trainer, step_env_seeds
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
 
-SMALL = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.eval_every=0",
-    "trainer.actor_lr=1e-3",
-    "trainer.critic_lr=1e-3",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
+SMALL = [*TINY_RL, NO_TENSORBOARD, "trainer.actor_lr=1e-3", "trainer.critic_lr=1e-3"]
 
 
 def _config(*overrides):
@@ -65,9 +54,18 @@ def test_env_seeds_are_fresh_each_step_and_below_eval_seeds():
     assert max(a + b) < 1_000_000_000
 
 
-def test_training_changes_weights_and_writes_the_run(tmp_path):
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+    """One 2-step run, a checkpoint after each step and the template probe on each, that
+    the tests below only read: (the loop after training, its run directory)."""
+    folder = tmp_path_factory.mktemp("two-steps")
+    every_step = ("trainer.save_every=1", "monitor.template_every=1")
+    return _train(folder, "run", "trainer.steps=2", *every_step)
+
+
+def test_training_changes_weights_and_writes_the_run(two_steps):
     before = models.load_policy("tiny", dtype="float32")[0].state_dict()
-    loop, run = _train(tmp_path, "run", "trainer.steps=2", "trainer.save_every=1")
+    loop, run = two_steps
     after = loop.trainer.m.policy.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     records = read_jsonl(run.metrics).records
@@ -386,10 +384,10 @@ def test_logged_losses_do_not_depend_on_the_micro_batch_size():
         assert logged[0][key] == pytest.approx(logged[1][key], rel=1e-5)
 
 
-def test_a_step_writes_every_metric_name_that_readers_rely_on(tmp_path):
+def test_a_step_writes_every_metric_name_that_readers_rely_on(two_steps):
     from ragen import metric_names as names
 
-    _, run = _train(tmp_path, "run", "trainer.steps=1", "monitor.template_every=1")
+    _, run = two_steps  # its first step, the template probe run
     written = set(read_jsonl(run.metrics).records[0])
     sft_only = {names.SFT_LOSS, names.SFT_GRAD_NORM}
     assert names.PRODUCED - sft_only <= written, sorted(names.PRODUCED - sft_only - written)

@@ -14,6 +14,7 @@ import torch
 
 from ragen import models
 from ragen.rollout.engines import CachedGenerator, Request, Stopper, eos_ids, make_generator
+from ragen.rollout.engines.cached import _MIN_SHARED_PREFIX
 from ragen.rollout.loop import RolloutSpec, rollout
 
 LOGPROB_TOL = 1e-4
@@ -327,11 +328,17 @@ def test_a_model_with_a_sliding_window_decodes_over_its_own_copies(tiny):
 
 
 def test_embedded_sokoban_rollouts_are_the_same_with_the_opening_held_once(embedded):
-    """The embedded model plays Sokoban with two worked turns (an ~800-token opening every
-    row shares): decode batches holding it once play the same episodes as batches that copy
-    it into every row, with log-probs within float rounding."""
+    """The embedded model plays one Sokoban turn from a real prompt (its opening, the
+    system prompt and rules before the grid, is past the engine's 128-token threshold and
+    shared by all 4 rows): decode batches holding it once play the same replies as batches
+    that copy it into every row, with log-probs within float rounding.
+
+    One turn of 24 tokens: the claim is the real model's numerics over a shared opening.
+    That later turns carry the opening back from the entries kept between turns is proven
+    exactly, over three turns, by
+    ``test_decode_batches_hold_the_shared_opening_once_and_match_naive``."""
     model, tokenizer = embedded
-    spec = RolloutSpec(max_turns=2, max_reply_tokens=64, temperature=1.0, demos=2)
+    spec = RolloutSpec(max_turns=1, max_reply_tokens=24, temperature=1.0, demos=0)
     episodes, shared = {}, {}
     for share in (True, False):
         generator = make_generator("hf", model, tokenizer)
@@ -339,9 +346,8 @@ def test_embedded_sokoban_rollouts_are_the_same_with_the_opening_held_once(embed
         generator.share_prefix = share
         episodes[share] = rollout(generator, tokenizer, "sokoban", [0, 1], 2, spec)
         shared[share] = generator.stats.shared_tokens
-    # turn 1 held the opening once for its 4 rows, turn 2 for the rows still playing
-    assert shared[True] > 4 * 700 and shared[False] == 0
-    assert any(len(episode.turns) == 2 for episode in episodes[True])
+    # the turn held the opening (past the engine's threshold) once for its 4 rows
+    assert shared[True] >= 4 * _MIN_SHARED_PREFIX and shared[False] == 0
     for a, b in zip(episodes[True], episodes[False], strict=True):
         assert a.token_ids == b.token_ids
         assert max(abs(p - q) for p, q in zip(a.logprobs, b.logprobs, strict=True)) < LOGPROB_TOL
