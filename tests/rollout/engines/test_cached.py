@@ -286,16 +286,22 @@ def test_rows_of_one_prompt_decode_over_it_held_once(tiny):
     assert hf.stats.shared_tokens == 4 * len(prompt)
 
 
-def test_decode_rows_share_no_prefix_their_caches_disagree_on(tiny):
-    """A row whose cache of the common tokens differs keeps them in its own cache."""
-    model, tokenizer = tiny
+def _two_prefilled_rows(model, tokenizer):
+    """An hf engine with two rows prefilled that share a 160-token opening: (engine, the
+    rows' contexts, their caches)."""
     gen = make_generator("hf", model, tokenizer)
     assert isinstance(gen, CachedGenerator)
     prompt = list(range(100, 260))
     contexts = [[*prompt, 7], [*prompt, 8]]
     jobs = gen._plan([Request(i, c) for i, c in enumerate(contexts)])
     gen._prefill(jobs)
-    sources = [job.kv for job in jobs]
+    return gen, contexts, [job.kv for job in jobs]
+
+
+def test_decode_rows_share_no_prefix_their_caches_disagree_on(tiny):
+    """A row whose cache of the common tokens differs keeps them in its own cache."""
+    model, tokenizer = tiny
+    gen, contexts, sources = _two_prefilled_rows(model, tokenizer)
     assert gen._shared_prefix(contexts, sources) is not None
     sources[1] = sources[1].clone()
     sources[1][1, 0, 0, 5, 0] += 1.0  # layer 1's key of token 5 in row 1
@@ -306,13 +312,7 @@ def test_a_model_with_a_sliding_window_decodes_over_its_own_copies(tiny):
     """ragen's shared-prefix decode reads the whole prefix; a sliding-window model must see
     its window in the mask instead, so its rows keep their own copies of the opening."""
     model, tokenizer = tiny
-    gen = make_generator("hf", model, tokenizer)
-    assert isinstance(gen, CachedGenerator)
-    prompt = list(range(100, 260))
-    contexts = [[*prompt, 7], [*prompt, 8]]
-    jobs = gen._plan([Request(i, c) for i, c in enumerate(contexts)])
-    gen._prefill(jobs)
-    sources = [job.kv for job in jobs]
+    gen, contexts, sources = _two_prefilled_rows(model, tokenizer)
     assert gen._shared_prefix(contexts, sources) is not None
     try:
         model.config.sliding_window = 64
