@@ -5,5 +5,6 @@ was written on (``grounding``), and the floors and ceilings a success rate is re
 (``blind_play``, ``lake_ceiling``).
 
 Each module is a command run from the repository root, ``python -m experiments.NAME [--help]``;
-it writes ``experiments/results/*.json`` (and, for a training run, a report under ``docs/``).
+it writes ``experiments/results/*.json`` (and, for a training run, a report in its run
+directory); a figure a docs page shows is copied into ``docs/``.
 """

@@ -7,16 +7,16 @@ trajectories, checkpoints): the embedded model is evaluated on fixed seeds at T=
 the first update and after the last, on every env of ``env.eval_names``, with ``--eval-n``
 seeds each. Training stops after the preset's steps or ``--minutes`` of wall time, whichever
 comes first. Prints base and final success per env; writes
-``experiments/results/learn_<preset>.json`` and the run's report (PNG curves, summary.md)
-into ``docs/learn-<preset>/``. ``--sft`` trains with ``ragen sft`` (supervised, on expert
-dialogues; ``sft.steps`` or ``--minutes``) instead of RL: ``learn_sft_<preset>.json`` and
-``docs/learn-sft-<preset>/``. ``--name NAME`` writes ``learn_<NAME>.json`` and
-``docs/learn-<NAME>/`` instead, so a variant does not overwrite the preset's result. Each
-evaluation's episodes and full summary (turns, reply tokens, why episodes ended) are kept in
-``RUN_DIR/eval-base/`` and ``RUN_DIR/eval-final/``, standalone evaluation folders that
-``ragen view`` opens. A run stopped with Ctrl-C or ``kill`` during training is recorded as it
-stands, without a final evaluation: ``learn_<...>_stopped.json`` and
-``docs/learn-<...>-stopped/``.
+``experiments/results/learn_<preset>.json`` and the run's report (PNG curves, summary.md
+with the base and final evaluations on top) into ``RUN_DIR/report/``; a docs page that shows
+a curve keeps a copy of that one PNG (docs/results/). ``--sft`` trains with ``ragen sft``
+(supervised, on expert dialogues; ``sft.steps`` or ``--minutes``) instead of RL:
+``learn_sft_<preset>.json``. ``--name NAME`` writes ``learn_<NAME>.json`` instead, so a
+variant does not overwrite the preset's result. Each evaluation's episodes and full summary
+(turns, reply tokens, why episodes ended) are kept in ``RUN_DIR/eval-base/`` and
+``RUN_DIR/eval-final/``, standalone evaluation folders that ``ragen view`` opens. A run
+stopped with Ctrl-C or ``kill`` during training is recorded as it stands, without a final
+evaluation: ``learn_<...>_stopped.json``.
 
 The base evaluation is saved to ``RUN_DIR/base_eval.json`` as soon as it ends, with a
 fingerprint of everything its numbers depend on: ragen's source files, the model, env and
@@ -67,7 +67,7 @@ from ragen.train.sft import SftTrainer
 from ragen.train.trainer import Trainer
 
 RESULTS = Path(__file__).parent / "results"
-DOCS = Path(__file__).parent.parent / "docs"
+REPORT = "report"  # the run's report folder, inside its run directory
 BASE_FILE = "base_eval.json"
 RESULT_FILE = "learn.json"  # the run's own copy of its result, read by --resume
 
@@ -366,9 +366,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sft", action="store_true", help="train with ragen sft on expert dialogues, not RL"
     )
-    parser.add_argument(
-        "--name", help="result name: learn_NAME.json, docs/learn-NAME/ (default: PRESET)"
-    )
+    parser.add_argument("--name", help="result name: learn_NAME.json (default: PRESET)")
     parser.add_argument(
         "--base-from",
         type=Path,
@@ -539,10 +537,9 @@ def main(argv: list[str] | None = None) -> None:
         changes = changes_of(base, final, args.eval_n, base_folder(args, run), out)
         print_changes(base, final, changes, args.eval_n)
 
-    name = args.name or (f"sft-{args.preset}" if args.sft else args.preset)
-    docs = DOCS / f"learn-{name}{'-stopped' if stopped else ''}"
-    shutil.rmtree(docs, ignore_errors=True)
-    write_report([run.root], docs)
+    report = run.root / REPORT
+    shutil.rmtree(report, ignore_errors=True)
+    write_report([run.root], report)
     result = {
         "preset": args.preset,
         "training": "sft" if args.sft else "rl",
@@ -561,18 +558,18 @@ def main(argv: list[str] | None = None) -> None:
         "change": changes,
         "stopped": stopped,
         "run_dir": str(run.root),
-        "report": str(docs.relative_to(DOCS.parent)),
+        "report": str(report),
         "machine": machine_record(),
         "date": args.stamp,
     }
-    prepend_base_and_final(docs / "summary.md", result)
+    prepend_base_and_final(report / "summary.md", result)
     RESULTS.mkdir(exist_ok=True)
     stem = args.name or (f"sft_{args.preset}" if args.sft else args.preset)
     path = RESULTS / f"learn_{stem}{'_stopped' if stopped else ''}.json"
     text = json.dumps(result, indent=2) + "\n"
     path.write_text(text)
     write_atomic(run.root / RESULT_FILE, text)
-    print(f"wrote {path} and {docs}/")
+    print(f"wrote {path} and {report}/")
 
 
 if __name__ == "__main__":

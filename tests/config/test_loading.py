@@ -75,7 +75,7 @@ def test_starpo_presets_differ_from_starpo_s_only_in_the_algorithm(env):
 
 @pytest.mark.parametrize("preset", ["bandit", "bandit-starpo", "bandit-gpu", "bandit-starpo-gpu"])
 def test_the_bandit_presets_keep_raw_advantages(preset):
-    # make demo collapsed with whitened ones and learned with raw ones (docs/results.md)
+    # make demo collapsed with whitened ones and learned with raw ones (docs/results/bandit.md)
     assert config.load(preset).algo.whitens() is False
 
 

@@ -150,7 +150,6 @@ def test_a_run_stopped_with_ctrl_c_or_kill_is_recorded_without_a_final_evaluatio
 
     monkeypatch.setattr(learn.RunLoop, "train", one_step_then_stop)
     monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
     overrides = ["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"]
     overrides += ["rollout.groups=2", "rollout.group_size=2", "trainer.steps=1"]
     overrides += ["trainer.mini_batch_size=2", "trainer.micro_batch_size=2"]
@@ -164,7 +163,8 @@ def test_a_run_stopped_with_ctrl_c_or_kill_is_recorded_without_a_final_evaluatio
     assert result["stopped"].startswith("interrupted during training")
     assert result["base"]["sokoban"]["episodes"] == 2
     assert not (tmp_path / "run" / "eval-final").exists()
-    summary = (tmp_path / "docs" / "learn-probe-stopped" / "summary.md").read_text()
+    assert result["report"] == str(tmp_path / "run" / "report")
+    summary = (tmp_path / "run" / "report" / "summary.md").read_text()
     assert "| sokoban |" in summary and "| — |" in summary and "Stopped: interrupted" in summary
     assert signal.getsignal(signal.SIGTERM) == handler  # the handler is put back
 
@@ -200,7 +200,6 @@ def test_a_resumed_run_counts_every_step_and_minute_against_its_own_base(
     tmp_path, monkeypatch, capsys
 ):
     monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
     run = tmp_path / "run"
     learn.main(["sokoban", *TINY_RUN, "trainer.steps=1", "--eval-n", "2", "--out", str(run)])
     first = json.loads((tmp_path / "results" / "learn_sokoban.json").read_text())
@@ -221,14 +220,13 @@ def test_a_resumed_run_counts_every_step_and_minute_against_its_own_base(
     (saved,) = read_jsonl(run / "eval-step_000002" / "eval.jsonl").records
     assert saved["episodes"] == 2 and result["final"]["sokoban"]["episodes"] == 2
     assert (run / "eval-final").is_dir()  # the first final evaluation is kept
-    assert (tmp_path / "docs" / "learn-longer" / "summary.md").is_file()
+    assert (run / "report" / "summary.md").is_file()
 
 
 def test_a_run_that_dies_while_training_is_resumed_with_the_minutes_it_trained(
     tmp_path, monkeypatch
 ):
     monkeypatch.setattr(learn, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(learn, "DOCS", tmp_path / "docs")
     train = RunLoop.train
 
     def one_step_then_die(self):  # what a kill or a full disk looks like from learn.py

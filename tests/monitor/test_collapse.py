@@ -266,7 +266,7 @@ def _unseen_alerts(name: str, draws: int = 200) -> set[tuple]:
 
 
 def test_unseen_bandit_run_that_narrowed_without_collapsing():
-    """StarPO with GRPO at lr 1e-4 (docs/bandit-grpo-lr1e-4): rollout success rose from
+    """StarPO with GRPO at lr 1e-4 (data/plots/bandit-grpo-lr1e-4): rollout success rose from
     19% to 97-100% and held (one step at 56%, step 6, between 100% and 97%; evaluation 100%
     at step 6), so there was no collapse, and the one-step dip must not be called one. The
     replies did narrow to a template, the Echo Trap: distinct replies in a group 0.97 -> 0.41
@@ -274,14 +274,14 @@ def test_unseen_bandit_run_that_narrowed_without_collapsing():
     warnings are for, and the detector warns on exactly them, after the narrowing began:
     the entropy at step 8 (the step-6 dip had brought the success EMA under the 0.95 that
     counts as solved, so the entropy is judged) and the distinct replies at step 9. This is
-    what docs/results.md reported from the run's own metrics.jsonl."""
+    what docs/results/bandit.md reported from the run's own metrics.jsonl."""
     assert _unseen_alerts("bandit-starpo-grpo-lr1e-4") == {
         ((8, "warning", ENTROPY), (9, "warning", DISTINCT_REPLY)),
     }
 
 
 def test_unseen_sokoban_run_that_moved_within_noise_raises_nothing():
-    """The Sokoban preset for 6 steps (docs/learn-sokoban): rollout success 3%, 3%, 9%, 0%,
+    """The Sokoban preset for 6 steps (data/plots/learn-sokoban): rollout success 3%, 3%, 9%, 0%,
     9%, 12.5% of 32 episodes, the 256-seed evaluation 11.7% -> 8.6% (within 1.2 standard
     errors), format kept, replies as varied as before (distinct share 0.88-0.99). Nothing
     learned and nothing collapsed; the one-step falls at step 3 (success to 0, reward std
@@ -290,7 +290,7 @@ def test_unseen_sokoban_run_that_moved_within_noise_raises_nothing():
 
 
 def test_unseen_frozen_lake_run_that_never_succeeded_raises_nothing():
-    """The FrozenLake preset for 6 steps (docs/learn-frozen-lake): no rollout reached the
+    """The FrozenLake preset for 6 steps (data/plots/learn-frozen-lake): no rollout reached the
     goal at any step (success 0 throughout: nothing to fall from), the entropy rose from 2.0
     to 2.9 (the opposite of narrowing), the reward std drifted from 0.10 to 0.05 with the
     format penalties, and the 256-seed evaluation went 5.08% -> 5.47%. No collapse and no
@@ -302,10 +302,10 @@ def test_unseen_frozen_lake_run_that_never_succeeded_raises_nothing():
     strict=True,
     reason="a collapse inside the warm-up is never reported: the success baseline forms at "
     "the collapsed level (0) after the 3 warm-up steps, and a collapse is a fall from that "
-    "baseline's later peak; docs/results.md records this run as a miss",
+    "baseline's later peak; docs/results/bandit.md records this run as a miss",
 )
 def test_unseen_bandit_run_that_collapsed_in_its_first_update_is_reported():
-    """StarPO with GRPO at lr 3e-4 (the StarPO run of docs/collapse-bandit) broke in its
+    """StarPO with GRPO at lr 3e-4 (the StarPO run of data/plots/collapse-bandit) broke in its
     first update: rollout success 19% at step 0, then 0% at every step to the end (step 5),
     no reply well-formed, entropy up to 4.4 nats, evaluation 0% at step 3. No detector can
     warn before step 1, but a run whose success went to zero and stayed there collapsed, and

@@ -524,7 +524,7 @@ class SftConfig:
     likely to slip into a hole beside, then the one that lands nearest the goal on average).
     toward and careful read only what `env.options.offsets` writes out (the goal's offsets,
     the holes beside); optimal needs the whole map. Success of each on the evaluation lakes:
-    docs/results.md. Other envs ignore it."""
+    docs/results/frozen-lake.md. Other envs ignore it."""
 
 
 @dataclass

@@ -83,7 +83,7 @@ class WarmStart:
     """A `ragen sft` run per seed that every run of that seed starts from. At CPU scale a
     few steps of imitation give RL a policy that learns within a run's budget: on
     FrozenLake a 4-step warm-up on the toward expert, then 40 steps of StarPO-S, went from
-    22% to 39% (docs/results.md), where no run from the base model moved."""
+    22% to 39% (docs/results/frozen-lake.md), where no run from the base model moved."""
 
     preset: str
     """Preset of the fine-tuning, or a .yaml path (a relative one is read from the study

@@ -1,6 +1,6 @@
 """Read the raw metric values of real runs back from their committed report plots.
 
-The RL runs under docs/ kept only their `ragen report` PNGs, not metrics.jsonl. Each plot
+These RL runs kept only their `ragen report` PNGs (plots/NAME/), not metrics.jsonl. Each plot
 draws a run's raw values as a faint line (alpha 0.25) under its EMA: this script finds the
 axes, maps the tick marks to the tick labels (read by eye from the images, written below),
 fits a straight line to the faint pixels of every segment between two steps and takes the
@@ -10,7 +10,7 @@ the solid one, the solid one). Success counts 32 episodes a step and Bandit's
 distinct-reply share is a mean of k/4 over 8 groups, so both are snapped to k/32.
 
 Checked against the two runs whose metrics.jsonl are committed (bandit_ppo_lr1e-4.jsonl is
-docs/learn-bandit, bandit_starpo_s_grpo_lr3e-4.jsonl the orange run of docs/collapse-bandit):
+plots/learn-bandit, bandit_starpo_s_grpo_lr3e-4.jsonl the orange run of plots/collapse-bandit):
 every snapped value exact (3.1 pixels off at most before snapping), every other value
 within 2.1 pixels. ``read_error`` is, per metric, the larger of 3 pixels and the two segment
 fits' disagreement, in data units (in decades for the log-scaled gradient norm).
@@ -65,27 +65,27 @@ COLLAPSE_BANDIT = {
 }
 RUNS = {
     "bandit-starpo-grpo-lr1e-4": {
-        "report": "docs/bandit-grpo-lr1e-4",
+        "report": "tests/monitor/data/plots/bandit-grpo-lr1e-4",
         "run": "collapse-grpo",
         "preset": "bandit-starpo",
         "command": "ragen train bandit-starpo algo.estimator=grpo (stopped after 11 steps)",
         "what": "StarPO, GRPO at lr 1e-4: rollout success 19% -> 97-100% from step 7 with a "
         "one-step dip to 56% at step 6, evaluation 100% at step 6; distinct replies in a "
-        "group 0.97 -> 0.34 at step 9 (docs/results.md, README)",
+        "group 0.97 -> 0.34 at step 9 (docs/results/bandit.md)",
         "color": "C0",
         "steps": 11,
         "x_every": 2,
         "ticks": BANDIT_LR1E4,
     },
     "bandit-starpo-grpo-lr3e-4": {
-        "report": "docs/collapse-bandit",
+        "report": "tests/monitor/data/plots/collapse-bandit",
         "run": "bandit-starpo-grpo-3e-4",
         "preset": "bandit-starpo",
         "command": "ragen train bandit-starpo algo.estimator=grpo trainer.actor_lr=3e-4 "
-        "(as docs/results.md describes it; stopped after 6 steps)",
+        "(as docs/results/bandit.md describes it; stopped after 6 steps)",
         "what": "StarPO, GRPO at lr 3e-4: broke in its first update, rollout success 19% -> "
         "0% from step 1 on, no reply well-formed, entropy up to 4.4 nats, evaluation 0% "
-        "at step 3 (docs/results.md)",
+        "at step 3 (docs/results/bandit.md)",
         "color": "C0",
         "steps": 6,
         "x_every": 1,
@@ -96,14 +96,14 @@ RUNS = {
         "fill": {(0, "diversity/distinct_reply"): 0.96875},
     },
     "learn-sokoban": {
-        "report": "docs/learn-sokoban",
+        "report": "tests/monitor/data/plots/learn-sokoban",
         "run": "learn-sokoban-s16",
         "preset": "sokoban",
         "command": "python -m experiments.learn sokoban env.eval_names=[sokoban] "
         "trainer.eval_every=0 trainer.save_every=0 --minutes 50 --eval-n 256 --temperature 0.5",
         "what": "StarPO-S, PPO with a critic at lr 1e-5: rollout success 3%, 3%, 9%, 0%, 9%, "
         "12.5% (noise), format kept, 256-seed evaluation 11.7% -> 8.6% (within 1.2 standard "
-        "errors) (docs/results.md)",
+        "errors) (docs/results/sokoban.md)",
         "color": "C0",
         "steps": 6,
         "x_every": 1,
@@ -118,14 +118,14 @@ RUNS = {
         },
     },
     "learn-frozen-lake": {
-        "report": "docs/learn-frozen-lake",
+        "report": "tests/monitor/data/plots/learn-frozen-lake",
         "run": "learn-frozen-lake-s17b",
         "preset": "frozen-lake",
         "command": "python -m experiments.learn frozen-lake env.eval_names=[frozen-lake] "
         "trainer.eval_every=0 trainer.save_every=0 --minutes 40 --eval-n 256 --temperature 0.5",
         "what": "StarPO-S, PPO with a critic at lr 1e-5: rollouts at T=1 never reached the "
         "goal (0 of 32 at every step), entropy 2.0 -> 2.9, 256-seed evaluation 5.08% -> "
-        "5.47% (docs/results.md)",
+        "5.47% (docs/results/frozen-lake.md)",
         "color": "C0",
         "steps": 6,
         "x_every": 1,
@@ -142,7 +142,7 @@ RUNS = {
 }
 CHECKS = {  # runs with an exact recording, to measure the reading error against
     "bandit_ppo_lr1e-4.jsonl": (
-        "docs/learn-bandit",
+        "tests/monitor/data/plots/learn-bandit",
         "C0",
         11,
         2,
@@ -153,7 +153,13 @@ CHECKS = {  # runs with an exact recording, to measure the reading error against
             "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3),
         },
     ),
-    "bandit_starpo_s_grpo_lr3e-4.jsonl": ("docs/collapse-bandit", "C1", 8, 1, COLLAPSE_BANDIT),
+    "bandit_starpo_s_grpo_lr3e-4.jsonl": (
+        "tests/monitor/data/plots/collapse-bandit",
+        "C1",
+        8,
+        1,
+        COLLAPSE_BANDIT,
+    ),
 }
 
 
