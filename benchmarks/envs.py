@@ -12,7 +12,7 @@ same run it compares with what a user would otherwise reach for:
   the reference numbers were taken at depth 10, so we cap it at `--reference-depth` by
   wrapping the module's recursive search, which looks itself up by name. Rooms are only
   worth generating fast if they are not easier, so both sides also report the mean
-  shortest solution (from `ragen.envs.sokoban.solve`) of the same number of rooms.
+  shortest solution (from `ragen.envs.sokoban_levels.solve`) of the same number of rooms.
 - FrozenLake stepping with its text observation against gymnasium's bare
   `FrozenLakeEnv.step` (unwrapped: no time limit or checker wrappers) on the same map.
 
@@ -39,7 +39,8 @@ import numpy as np
 
 from ragen import envs
 from ragen.envs.frozen_lake import FrozenLakeEnv, generate_map
-from ragen.envs.sokoban import Room, generate_room, solve
+from ragen.envs.sokoban_levels import generate_room, solve
+from ragen.envs.sokoban_room import Room
 
 GYM_SOKOBAN_INSTALL = (
     "python3 -m venv .venv-bench && .venv-bench/bin/pip install numpy 'gymnasium>=1.0' && "

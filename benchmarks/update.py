@@ -98,12 +98,12 @@ def _plain_micro(policy, critic, part: UpdateData, a, temperature: float, norm: 
     pg_tok, _ = policy_loss(
         logp, part.old_logprobs, part.advantages, mask, a.clip_low, a.clip_high, a.dual_clip
     )
-    actor = aggregate(pg_tok, mask, a.loss_agg, norm) - a.entropy_coef * aggregate(
-        entropy, mask, a.loss_agg, norm
+    actor = aggregate(pg_tok, mask, a.aggregation(), norm) - a.entropy_coef * aggregate(
+        entropy, mask, a.aggregation(), norm
     )
     values = _plain_values(critic, part.input_ids, part.attention_mask)
     v_tok, _ = value_loss(values, part.old_values, part.returns, mask, a.value_clip)
-    return actor + aggregate(v_tok, mask, a.loss_agg, norm)
+    return actor + aggregate(v_tok, mask, a.aggregation(), norm)
 
 
 @torch.no_grad()

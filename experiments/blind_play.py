@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 from ragen import envs
-from ragen.envs.sokoban import Room
+from ragen.envs.sokoban_room import Room
 from ragen.monitor.metrics import action_template
 from ragen.train.evaluator import eval_seeds
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ragen.algos import losses
+from ragen.algos.advantages import Coefficients, estimate
 from ragen.config import AlgoConfig
 
 LOG = math.log
@@ -242,10 +243,49 @@ def test_aggregate_micro_batches_add_up_with_a_normalizer(mode):
 
 
 def test_aggregate_modes_match_config_and_reject_unknown():
-    hint = typing.get_type_hints(AlgoConfig)["loss_agg"]
-    assert set(losses.AGG_MODES) == set(typing.get_args(hint))
+    hint = typing.get_type_hints(AlgoConfig)["loss_agg"]  # LossAgg | None: null follows dr_grpo
+    literal, none = typing.get_args(hint)
+    assert set(losses.AGG_MODES) == set(typing.get_args(literal)) and none is type(None)
     with pytest.raises(ValueError, match="choose one of"):
         losses.aggregate(PER_TOKEN, AGG_MASK, "mean")
+
+
+# Dr. GRPO on a hand-made batch: groups {0, 1} with returns 1, 0 and {2, 3} with 3, 0; replies
+# of 3, 1, 2 and 1 tokens; on-policy (ratio 1), so each token's loss is -A.
+DR_MASK = torch.tensor([[1.0, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 0]])
+DR_SCORES = torch.tensor([1.0, 0, 3, 0])
+DR_GROUPS = torch.tensor([0, 0, 1, 1])
+
+
+def _grpo_loss(algo: AlgoConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages (4, 3), the aggregated policy loss) of the batch under ``algo``."""
+    a, _ = estimate(
+        "grpo",
+        rewards=torch.zeros(4, 3),
+        mask=DR_MASK,
+        scores=DR_SCORES,
+        group_ids=DR_GROUPS,
+        coefs=Coefficients.of(algo),
+    )
+    logp = torch.full((4, 3), -1.0)
+    pg_tok, _ = losses.policy_loss(logp, logp, a, DR_MASK, algo.clip_low, algo.clip_high)
+    return a, losses.aggregate(pg_tok, DR_MASK, algo.aggregation())
+
+
+def test_dr_grpo_is_the_two_settings_it_stands_for():
+    dr = _grpo_loss(AlgoConfig(estimator="grpo", dr_grpo=True))
+    spelled = _grpo_loss(
+        AlgoConfig(estimator="grpo", grpo_norm_by_std=False, loss_agg="seq_mean_token_sum")
+    )
+    # centred, not divided: 0.5, -0.5, 1.5, -1.5; row sums of -A: -1.5, 0.5, -3, 1.5; / 4 rows
+    want = torch.tensor([0.5, -0.5, 1.5, -1.5])[:, None] * DR_MASK
+    for advantages, loss in (dr, spelled):
+        torch.testing.assert_close(advantages, want)
+        torch.testing.assert_close(loss, torch.tensor(-2.5 / 4))
+    # plain grpo divides by each group's std (0.5, 1.5): ±1; token mean of -A over 7 tokens
+    advantages, loss = _grpo_loss(AlgoConfig(estimator="grpo"))
+    torch.testing.assert_close(advantages, torch.tensor([1.0, -1, 1, -1])[:, None] * DR_MASK)
+    torch.testing.assert_close(loss, torch.tensor(-3 / 7))
 
 
 def test_aggregate_gradient_only_on_masked_tokens():

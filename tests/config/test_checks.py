@@ -47,6 +47,17 @@ BAD_COMBINATIONS = [
     ),
     (["algo.filter_strategy=top_p", "algo.filter_type=smallest"], "algo.filter_type", "largest"),
     (["algo.soft_advantage_reweight=true"], "algo.soft_advantage_reweight", "estimator=grpo"),
+    (["algo.dr_grpo=true"], "algo.dr_grpo and algo.estimator", "use algo.estimator=grpo"),
+    (
+        ["algo.estimator=grpo", "algo.dr_grpo=true", "algo.grpo_norm_by_std=true"],
+        "algo.dr_grpo and algo.grpo_norm_by_std",
+        "set algo.grpo_norm_by_std=null",
+    ),
+    (
+        ["algo.estimator=grpo", "algo.dr_grpo=true", "algo.loss_agg=token_mean"],
+        "algo.dr_grpo and algo.loss_agg",
+        "dr_grpo means loss_agg=seq_mean_token_sum",
+    ),
     (["env.eval_options.bandit.arm_names=[A, B]"], "env.eval_options", "set its options in"),
     (["env.eval_options.sokoban.spaced=true"], "env.eval_options", "does not evaluate"),
 ]

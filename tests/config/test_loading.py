@@ -12,7 +12,7 @@ from ragen.cli import main
 from ragen.config import ConfigError
 from ragen.config.build import REMOVED_KEYS
 
-GAMES = ["bandit", "sokoban", "frozen-lake", "countdown"]
+GAMES = ["bandit", "sokoban", "frozen-lake", "countdown", "sudoku", "2048", "cube2"]
 """The games that ship a CPU preset, a -gpu one, and a -starpo variant of each."""
 
 

@@ -59,6 +59,28 @@ def test_advantage_whitening_follows_the_estimator_unless_set(overrides, whitens
         assert "whiten_advantages: null" in config.to_yaml(c)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "aggregation", "norm_by_std"),
+    [
+        ([], "token_mean", True),
+        (["algo.dr_grpo=true"], "seq_mean_token_sum", False),
+        (["algo.dr_grpo=true", "algo.grpo_norm_by_std=false"], "seq_mean_token_sum", False),
+        (["algo.dr_grpo=true", "algo.loss_agg=seq_mean_token_sum"], "seq_mean_token_sum", False),
+        (["algo.grpo_norm_by_std=false"], "token_mean", False),
+        (["algo.loss_agg=seq_mean_token_mean"], "seq_mean_token_mean", True),
+    ],
+)
+def test_dr_grpo_sets_the_aggregation_and_std_division_left_null(
+    overrides, aggregation, norm_by_std, tmp_path
+):
+    c = config.load("bandit", ["algo.estimator=grpo", *overrides])
+    assert (c.algo.aggregation(), c.algo.norm_by_std()) == (aggregation, norm_by_std)
+    path = tmp_path / "config.yaml"
+    path.write_text(config.to_yaml(c))
+    again = config.load(str(path))  # a run's config.yaml reloads to the same run
+    assert (again.algo.aggregation(), again.algo.norm_by_std()) == (aggregation, norm_by_std)
+
+
 def test_eval_envs_take_their_own_options_and_the_training_env_takes_env_options():
     c = config.load(
         "sokoban",

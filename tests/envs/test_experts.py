@@ -15,7 +15,8 @@ from ragen.envs.experts import (
     turn_play_success,
 )
 from ragen.envs.frozen_lake import toward_goal, transition_table
-from ragen.envs.sokoban import Room, solve
+from ragen.envs.sokoban_levels import solve
+from ragen.envs.sokoban_room import Room
 
 SEEDS = range(40)
 

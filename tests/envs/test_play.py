@@ -4,7 +4,7 @@ import pytest
 
 from ragen import envs
 from ragen.envs.play import describe_envs, play, split_actions
-from ragen.envs.sokoban import solve
+from ragen.envs.sokoban_levels import solve
 
 
 def run(name, seed=0, actions=None, lines=()):

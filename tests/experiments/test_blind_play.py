@@ -3,7 +3,7 @@
 import json
 
 from experiments import blind_play
-from ragen.envs.sokoban import Room
+from ragen.envs.sokoban_room import Room
 
 # Box X one step right of the player P, target O one step right of the box: Right solves it,
 # and Down first takes the player off the box's row.

@@ -5,7 +5,7 @@ import pytest
 from ragen import config, envs, models
 from ragen.agent.prompts import worked_reply
 from ragen.envs.experts import ExpertError
-from ragen.envs.sokoban import solve
+from ragen.envs.sokoban_levels import solve
 from ragen.rollout.engines import Sample, Stopper
 from ragen.rollout.expert import ExpertGenerator, expert_dialogues, expert_seeds
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout

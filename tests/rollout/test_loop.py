@@ -8,7 +8,7 @@ import pytest
 
 from ragen import config, envs, models
 from ragen.agent.parsing import parse_reply
-from ragen.envs.sokoban import solve
+from ragen.envs.sokoban_levels import solve
 from ragen.rollout.engines import Sample, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 

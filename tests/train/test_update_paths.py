@@ -187,8 +187,10 @@ def _assert_same_step(got_trainer: Trainer, want_trainer: Trainer, *, reference=
     for name in want_grads:
         for g, w in zip(got_grads[name], want_grads[name], strict=True):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7)
+    assert got.keys() == want.keys()
     for key in ("actor/pg_loss", "actor/entropy", "critic/value_loss", "actor/grad_norm"):
-        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
+        if key in want:  # critic/value_loss: with a critic
+            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-7), key
 
 
 @pytest.mark.parametrize("scored", [False, True], ids=["on-policy", "scored-first"])
@@ -206,6 +208,21 @@ def test_micro_batches_of_rows_of_like_length_take_the_same_step():
     sorted_ = _trainer("algo.estimator=gae", "trainer.micro_batch_size=1")
     whole = _trainer("algo.estimator=gae", "trainer.micro_batch_size=4")
     _assert_same_step(sorted_, whole)
+
+
+def test_dr_grpo_takes_the_step_of_the_two_settings_it_stands_for():
+    dr = _trainer("algo.estimator=grpo", "algo.dr_grpo=true")
+    spelled = _trainer(
+        "algo.estimator=grpo", "algo.grpo_norm_by_std=false", "algo.loss_agg=seq_mean_token_sum"
+    )
+    episodes = _episodes(dr)
+    advantages = dr.prepare(episodes).advantages
+    assert advantages is not None
+    torch.testing.assert_close(advantages, spelled.prepare(episodes).advantages)
+    # returns 0.25 apart inside each group of two: centred ±0.125, not divided by the std
+    sampled = advantages[advantages != 0]
+    torch.testing.assert_close(sampled.abs(), torch.full_like(sampled, 0.125))
+    _assert_same_step(dr, spelled)
 
 
 def test_rows_go_longest_first_ties_in_their_order():

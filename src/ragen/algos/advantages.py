@@ -364,7 +364,8 @@ class Coefficients:
     turn_gamma: float
     """Discount between turns (bi_level_gae)."""
     grpo_norm_by_std: bool
-    """grpo divides each group-centred score by the group's std."""
+    """grpo divides each group-centred score by the group's std (``AlgoConfig.norm_by_std``:
+    false under ``algo.dr_grpo``)."""
     gigpo_step_weight: float
     """gigpo's weight w of the step advantage."""
     gigpo_gamma: float
@@ -374,8 +375,9 @@ class Coefficients:
 
     @classmethod
     def of(cls, algo: AlgoConfig) -> Coefficients:
-        """The coefficients a run's ``config.algo`` sets."""
-        return cls(**{f.name: getattr(algo, f.name) for f in fields(cls)})
+        """The coefficients a run's ``config.algo`` sets (grpo_norm_by_std as it resolves)."""
+        values = {f.name: getattr(algo, f.name) for f in fields(cls)}
+        return cls(**{**values, "grpo_norm_by_std": algo.norm_by_std()})
 
 
 class Estimator(Protocol):

@@ -164,12 +164,34 @@ def _check_estimator(c: Config) -> None:
             "gigpo compares the discounted return of each turn from its own reward; set "
             "rollout.reward_placement=per_turn",
         )
+    if a.dr_grpo:
+        _check_dr_grpo(a)
     if a.estimator in NEEDS_GROUPS and r.group_size < 2:
         raise _contradiction(
             "algo.estimator and rollout.group_size",
             f"{a.estimator} with group_size={r.group_size}",
             f"{a.estimator} compares rollouts of one group; set rollout.group_size >= 2",
         )
+
+
+def _check_dr_grpo(a: AlgoConfig) -> None:
+    """algo.dr_grpo=true against the estimator and the two keys it stands for."""
+    if a.estimator != "grpo":
+        raise _contradiction(
+            "algo.dr_grpo and algo.estimator",
+            f"true with {a.estimator}",
+            "Dr. GRPO is grpo without the std division; use algo.estimator=grpo, or set "
+            "algo.dr_grpo=false",
+        )
+    implied = {"grpo_norm_by_std": (False, "false"), "loss_agg": ("seq_mean_token_sum",) * 2}
+    for key, (value, spelled) in implied.items():
+        if getattr(a, key) not in (None, value):
+            raise _contradiction(
+                f"algo.dr_grpo and algo.{key}",
+                f"dr_grpo=true with {key}={shown(getattr(a, key))}",
+                f"dr_grpo means {key}={spelled}; set algo.{key}=null (it then follows "
+                "dr_grpo), or algo.dr_grpo=false",
+            )
 
 
 def _check_filter(c: Config) -> None:

@@ -297,10 +297,20 @@ class AlgoConfig:
     filter_empty_stop_steps: int = opt(0, ge=0, le=MAX_STEPS)
     """Stop the run when the filter keeps no group this many steps in a row (each such step
     skips its update); 0: never (RAGEN-2 stops at 5)."""
-    loss_agg: LossAgg = "token_mean"
-    """How per-token losses are averaged into one number."""
-    grpo_norm_by_std: bool = True
-    """Divide group-centred scores by the group's std (grpo)."""
+    dr_grpo: bool = False
+    """Dr. GRPO (grpo only): no division by the group's std, and each row's token losses
+    summed, then averaged over the rows (seq_mean_token_sum), so neither a group's spread
+    nor a reply's length rescales its gradient. It stands for grpo_norm_by_std=false
+    loss_agg=seq_mean_token_sum: leave those two null (an explicit agreeing value is
+    accepted, a contradicting one refused)."""
+    loss_agg: LossAgg | None = None
+    """How per-token losses are averaged into one number: token_mean (over all the batch's
+    reply tokens), seq_mean_token_mean (over each row's, then over rows) or
+    seq_mean_token_sum (summed in each row, then averaged over rows). null: token_mean, or
+    seq_mean_token_sum with dr_grpo."""
+    grpo_norm_by_std: bool | None = None
+    """grpo: divide group-centred scores by the group's std. null: true, or false with
+    dr_grpo."""
     gigpo_step_weight: float = opt(1.0, ge=0.0)
     """gigpo: weight w of the anchor-state step advantage added to the episode advantage."""
     gigpo_gamma: float = opt(0.95, ge=0.0, le=1.0)
@@ -332,6 +342,20 @@ class AlgoConfig:
         if self.critic is None:
             return self.estimator in NEEDS_CRITIC
         return self.critic
+
+    def aggregation(self) -> LossAgg:
+        """The loss aggregation the update runs: loss_agg, or by dr_grpo."""
+        # null rather than a default: dr_grpo=true then implies seq_mean_token_sum, and a
+        # token_mean set beside it is told from the default and refused by the checks.
+        if self.loss_agg is None:
+            return "seq_mean_token_sum" if self.dr_grpo else "token_mean"
+        return self.loss_agg
+
+    def norm_by_std(self) -> bool:
+        """Whether grpo divides by the group's std: grpo_norm_by_std, or by dr_grpo."""
+        if self.grpo_norm_by_std is None:
+            return not self.dr_grpo
+        return self.grpo_norm_by_std
 
     def filter_choice(self) -> tuple[str, str]:
         """(strategy, type) the rollout filter runs: filter_strategy and filter_type, or

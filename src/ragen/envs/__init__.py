@@ -35,7 +35,8 @@ from ragen.envs.cube2 import Cube2Env
 from ragen.envs.frozen_lake import FrozenLakeEnv
 from ragen.envs.game2048 import Game2048Env
 from ragen.envs.gym import as_gymnasium
-from ragen.envs.sokoban import NEW_VOCAB, SokobanEnv
+from ragen.envs.sokoban import SokobanEnv
+from ragen.envs.sokoban_room import NEW_VOCAB
 from ragen.envs.sudoku import SudokuEnv
 
 register(

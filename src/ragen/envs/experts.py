@@ -10,7 +10,7 @@ one's row and column, counted from 1 at the top-left ("I am at row 2, column 4. 
 at row 2, column 3, 1 left of me."): a step a model can check against the grid before it
 relates the two.
 
-- Sokoban: the first moves of a shortest solution from the current room (`sokoban.solve`).
+- Sokoban: the first moves of a shortest solution from the current room (`sokoban_levels.solve`).
 - FrozenLake: the open-loop plan of the turn's moves that maximises the probability of
   reaching the goal within the actions left, under the known slippery dynamics (finite-
   horizon value iteration over the transition table); replanned each turn, after the slips.
@@ -45,7 +45,9 @@ from ragen.envs.frozen_lake import (
     toward_goal,
     transition_table,
 )
-from ragen.envs.sokoban import Room, SokobanEnv, cell_distance, relative_cell, solve
+from ragen.envs.sokoban import SokobanEnv
+from ragen.envs.sokoban_levels import solve
+from ragen.envs.sokoban_room import Room, cell_distance, relative_cell
 
 # Open-loop moves the lake expert plans in one turn: 4**k sequences are searched, and a
 # move planned blind after three slippery ones is rarely better than the next turn's.

@@ -228,14 +228,14 @@ def _micro_loss(
         )
         pg_tok = pg_tok * weights
         stats.update(gap)
-    pg = aggregate(pg_tok, mask, s.algo.loss_agg, norm)
-    ent = aggregate(entropy, mask, s.algo.loss_agg, norm)
+    pg = aggregate(pg_tok, mask, s.algo.aggregation(), norm)
+    ent = aggregate(entropy, mask, s.algo.aggregation(), norm)
     actor = pg - s.algo.entropy_coef * ent
     out = {f"actor/{k}": float(v) for k, v in stats.items()}
     out.update({"actor/pg_loss": float(pg.detach()), names.ENTROPY: float(ent.detach())})
     if data.ref_logprobs is not None and s.algo.kl_coef > 0:
         kl = aggregate(
-            kl_penalty(logp, data.ref_logprobs, s.algo.kl_type), mask, s.algo.loss_agg, norm
+            kl_penalty(logp, data.ref_logprobs, s.algo.kl_type), mask, s.algo.aggregation(), norm
         )
         actor = actor + s.algo.kl_coef * kl
         out["actor/kl"] = float(kl.detach())
@@ -254,7 +254,7 @@ def _critic_loss(values, old_values, data: UpdateData, s: UpdateSettings, norm: 
     mask = data.loss_mask
     assert data.returns is not None
     v_tok, v_stats = value_loss(values, old_values, data.returns, mask, s.algo.value_clip)
-    loss = aggregate(v_tok, mask, s.algo.loss_agg, norm)
+    loss = aggregate(v_tok, mask, s.algo.aggregation(), norm)
     out = {f"critic/{k}": float(v) for k, v in v_stats.items()}
     out["critic/value_loss"] = float(loss.detach())
     out["critic/explained_var"] = float(explained_variance(values.detach(), data.returns, mask))
@@ -412,7 +412,7 @@ def ppo_update(
     rows = mini_batch_rows(data.attention_mask, t.ppo_epochs, t.mini_batch_size, seed)
     for mini in rows:
         mini_data = data.rows(mini)
-        norm = _normaliser(mini_data.loss_mask, s.algo.loss_agg)
+        norm = _normaliser(mini_data.loss_mask, s.algo.aggregation())
         if norm == 0:
             continue  # nothing sampled in this mini-batch: no gradient to take
         for opt in optimizers.values():

@@ -1,0 +1,182 @@
+"""The Sokoban room: its state (`Room`: the map, the boxes and the player), the symbols that
+draw it and the drawings an agent reads (the grid, RAGEN-2's coordinate block), and where
+cells lie from each other in words.
+
+Cells are indexed row-major (`row * width + col`). The border is always wall, so a move
+from any floor cell stays on the grid and needs no bounds check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ragen.envs.base import relative_position
+
+SYMBOL_ROLES = ("wall", "floor", "target", "box", "box_on_target", "player", "player_on_target")
+DEFAULT_SYMBOLS = MappingProxyType(
+    {
+        "wall": "#",
+        "floor": "_",
+        "target": "O",
+        "box": "X",
+        "box_on_target": "√",
+        "player": "P",
+        "player_on_target": "S",
+    }
+)
+# Same rooms, other glyphs: tests whether a policy learned the game or the characters.
+NEW_VOCAB = MappingProxyType(
+    {
+        "wall": "W",
+        "floor": ".",
+        "target": "T",
+        "box": "B",
+        "box_on_target": "D",
+        "player": "A",
+        "player_on_target": "E",
+    }
+)
+LEGEND = {
+    "wall": "wall",
+    "floor": "empty floor",
+    "target": "target",
+    "box": "box",
+    "box_on_target": "box on a target",
+    "player": "you",
+    "player_on_target": "you, standing on a target",
+}
+
+
+@dataclass(frozen=True)
+class Room:
+    """A Sokoban state: the static map (floor, targets) plus boxes and player.
+
+    floor: one byte per cell, 1 for floor, 0 for wall; targets, boxes: cell indices.
+    """
+
+    height: int
+    width: int
+    floor: bytes
+    targets: frozenset[int]
+    boxes: frozenset[int]
+    player: int
+
+    @property
+    def solved(self) -> bool:
+        return self.boxes <= self.targets
+
+    def offsets(self) -> dict[str, int]:
+        """Index offset of one move in each action direction."""
+        return {"Up": -self.width, "Down": self.width, "Left": -1, "Right": 1}
+
+    def render(self, symbols: Mapping[str, str] = DEFAULT_SYMBOLS, spaced: bool = False) -> str:
+        return draw(self, self.boxes, self.player, symbols, spaced)
+
+    @classmethod
+    def from_text(cls, text: str, symbols: Mapping[str, str] = DEFAULT_SYMBOLS) -> Room:
+        """Parse a drawn room (one line per row, spaced or not); the outer ring must be wall."""
+        role_of = {glyph: role for role, glyph in symbols.items()}
+        rows = [line.replace(" ", "") for line in text.strip().splitlines()]
+        height, width = len(rows), len(rows[0])
+        if any(len(row) != width for row in rows):
+            raise ValueError("every row of a room must have the same length")
+        floor, targets, boxes, players = bytearray(height * width), set(), set(), []
+        for index, glyph in enumerate("".join(rows)):
+            role = role_of.get(glyph)
+            if role is None:
+                raise ValueError(f"unknown room symbol {glyph!r}; known: {''.join(role_of)}")
+            floor[index] = role != "wall"
+            if role in ("target", "box_on_target", "player_on_target"):
+                targets.add(index)
+            if role in ("box", "box_on_target"):
+                boxes.add(index)
+            if role in ("player", "player_on_target"):
+                players.append(index)
+        border = [i for i in range(height * width) if _on_border(i, height, width)]
+        if len(players) != 1 or any(floor[i] for i in border) or len(boxes) != len(targets):
+            raise ValueError("a room needs one player, a wall border, and as many boxes as targets")
+        return cls(height, width, bytes(floor), frozenset(targets), frozenset(boxes), players[0])
+
+
+def _on_border(index: int, height: int, width: int) -> bool:
+    row, col = divmod(index, width)
+    return row in (0, height - 1) or col in (0, width - 1)
+
+
+def draw(
+    room: Room,
+    boxes: Iterable[int],
+    player: int,
+    symbols: Mapping[str, str],
+    spaced: bool = False,
+) -> str:
+    """The grid as text, one row per line; `spaced` puts a space between cells."""
+    cells = [
+        symbols["target"] if i in room.targets else symbols["floor" if f else "wall"]
+        for i, f in enumerate(room.floor)
+    ]
+    for box in boxes:
+        cells[box] = symbols["box_on_target" if box in room.targets else "box"]
+    cells[player] = symbols["player_on_target" if player in room.targets else "player"]
+    w = room.width
+    gap = " " if spaced else ""
+    return "\n".join(gap.join(cells[r * w : (r + 1) * w]) for r in range(room.height))
+
+
+def describe_coordinates(room: Room, boxes: Iterable[int], player: int) -> str:
+    """RAGEN-2's coordinate block (its ``grid_coord`` observations): the board size, then one
+    line per kind of thing present, ``Label: (row, col), …`` zero-based from the top-left in
+    row-major order (Targets, covered ones too; Boxes; Boxes on target; the player; walls
+    are not listed), then the ``Grid Map: `` header the grid follows; the spaces after the
+    two headers are upstream's."""
+    w = room.width
+
+    def at(cells: Iterable[int]) -> str:
+        return ", ".join("({}, {})".format(*divmod(cell, w)) for cell in sorted(cells))
+
+    boxes = set(boxes)
+    kinds = (
+        ("Targets", room.targets),
+        ("Boxes", boxes - room.targets),
+        ("Boxes on target", boxes & room.targets),
+        ("Player on target" if player in room.targets else "Player", {player}),
+    )
+    return "\n".join(
+        [
+            "Coordinates: ",
+            f"Board size: {room.height} rows x {w} cols (zero-indexed).",
+            *(f"{label}: {at(cells)}" for label, cells in kinds if cells),
+            "Grid Map: ",
+        ]
+    )
+
+
+def check_symbols(symbols: Mapping[str, str]) -> Mapping[str, str]:
+    """`symbols` if it maps every role to its own single character, else a ValueError."""
+    missing = [role for role in SYMBOL_ROLES if role not in symbols]
+    glyphs = [symbols.get(role) for role in SYMBOL_ROLES]
+    if (
+        missing
+        or set(symbols) - set(SYMBOL_ROLES)
+        or not all(isinstance(g, str) and len(g) == 1 and not g.isspace() for g in glyphs)
+        or len(set(glyphs)) != len(glyphs)
+    ):
+        raise ValueError(
+            f"symbols must map each of {', '.join(SYMBOL_ROLES)} to its own single "
+            f"non-space character; got {dict(symbols)!r}"
+        )
+    return MappingProxyType(dict(symbols))
+
+
+def relative_cell(origin: int, cell: int, width: int, anchor: str) -> str:
+    """Where ``cell`` lies from ``origin`` in a room ``width`` wide, in words ("1 below me")."""
+    (row, col), (o_row, o_col) = divmod(cell, width), divmod(origin, width)
+    return relative_position(row - o_row, col - o_col, anchor)
+
+
+def cell_distance(a: int, b: int, width: int) -> int:
+    """Moves between two cells of a room ``width`` wide, walls ignored (Manhattan distance)."""
+    (a_row, a_col), (b_row, b_col) = divmod(a, width), divmod(b, width)
+    return abs(a_row - b_row) + abs(a_col - b_col)
