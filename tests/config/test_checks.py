@@ -49,6 +49,7 @@ BAD_COMBINATIONS = [
     (["algo.soft_advantage_reweight=true"], "algo.soft_advantage_reweight", "estimator=grpo"),
     (["env.eval_options.bandit.arm_names=[A, B]"], "env.eval_options", "set its options in"),
     (["env.eval_options.sokoban.spaced=true"], "env.eval_options", "does not evaluate"),
+    (["rollout.context_turns=3"], "rollout.context_turns", "context_window=limited_multi_turn"),
 ]
 
 
