@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from ragen import envs, models
-from ragen.rollout.engines import Sample
+from ragen.rollout.engines import Sample, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 from ragen.rollout.samples import TurnSamples
 from ragen.rollout.trajectory import collate
 from ragen.rollout.window import first_shown
+from ragen.train.forward import token_logprobs
 
 SYSTEM = "You are an agent playing a text game. Follow the rules and the reply format."
 RULE = "Always reply as <think>...</think><answer>...</answer>."
@@ -221,3 +222,34 @@ def test_samples_move_values_between_episodes_and_turns(tokenizer):
         for turn in traj.turns:
             covered[t, turn.sample] = True
     assert torch.equal(back, torch.where(covered, positions, 0.0))
+
+
+@pytest.mark.parametrize(("window", "k"), [("limited_multi_turn", 2), ("single_turn", 1)])
+def test_engines_play_windowed_turns_alike_and_score_them_as_sampled(tiny, window, k):
+    """The tiny model through both engines, four turns (a stop string it writes often closes
+    its replies): the hf engine, whose kept caches hold the previous turn's context, samples
+    what naive's fresh prefills do although each context drops what the last one showed;
+    and each turn sample scored afresh gives its reply the log-probs it was sampled with."""
+    model, tokenizer = tiny
+    spec = RolloutSpec(
+        max_turns=4, max_reply_tokens=8, temperature=1.0, context_window=window, context_turns=k
+    )
+    played = {}
+    for name in ("naive", "hf"):
+        generator = make_generator(name, model, tokenizer, stop_strings=("e",))
+        played[name] = rollout(generator, tokenizer, "sokoban", [1, 2], 2, spec, sample_seed=5)
+        if name == "hf":
+            assert generator.stats.reused_tokens > 0  # the shared opening, at least
+    for a, b in zip(played["naive"], played["hf"], strict=True):
+        assert a.token_ids == b.token_ids and a.loss_mask == b.loss_mask
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+    trajs = played["hf"]
+    assert max(len(t.turns) for t in trajs) == 4
+    for traj in trajs:  # each later context starts afresh right after the reply before it
+        ends = [0] + [t.reply_end for t in traj.turns[:-1]]
+        assert [t.context_start for t in traj.turns] == ends
+    samples = TurnSamples.of(trajs).batch(collate(trajs, 0), 0)
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, samples.input_ids, samples.attention_mask)
+    on = samples.loss_mask != 0
+    assert (logp[on] - samples.logprobs[on]).abs().max() < 1e-4
