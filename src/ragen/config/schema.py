@@ -141,7 +141,8 @@ class RolloutConfig:
     max_reply_tokens: int = opt(400, ge=1, le=MAX_CONTEXT_TOKENS)
     """Token budget of one reply (a reply cut here ends truncated:reply_length)."""
     max_context_tokens: int = opt(3600, ge=16, le=MAX_CONTEXT_TOKENS)
-    """Token budget of a whole dialogue (an episode that would pass it ends truncated:context)."""
+    """Token budget of a whole dialogue, or with a context_window other than full of each
+    turn's context (an episode that would pass it ends truncated:context)."""
     temperature: float = opt(1.0, ge=0.0)
     """Sampling temperature of training rollouts; 0 means greedy."""
     top_p: float = opt(1.0, gt=0.0, le=1.0)
