@@ -226,13 +226,13 @@ def test_samples_move_values_between_episodes_and_turns(tokenizer):
 
 @pytest.mark.parametrize(("window", "k"), [("limited_multi_turn", 2), ("single_turn", 1)])
 def test_engines_play_windowed_turns_alike_and_score_them_as_sampled(tiny, window, k):
-    """The tiny model through both engines, four turns (a stop string it writes often closes
+    """The tiny model through both engines, three turns (a stop string it writes often closes
     its replies): the hf engine, whose kept caches hold the previous turn's context, samples
     what naive's fresh prefills do although each context drops what the last one showed;
     and each turn sample scored afresh gives its reply the log-probs it was sampled with."""
     model, tokenizer = tiny
     spec = RolloutSpec(
-        max_turns=4, max_reply_tokens=8, temperature=1.0, context_window=window, context_turns=k
+        max_turns=3, max_reply_tokens=8, temperature=1.0, context_window=window, context_turns=k
     )
     played = {}
     for name in ("naive", "hf"):
@@ -244,7 +244,7 @@ def test_engines_play_windowed_turns_alike_and_score_them_as_sampled(tiny, windo
         assert a.token_ids == b.token_ids and a.loss_mask == b.loss_mask
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
     trajs = played["hf"]
-    assert max(len(t.turns) for t in trajs) == 4
+    assert max(len(t.turns) for t in trajs) == 3
     for traj in trajs:  # each later context starts afresh right after the reply before it
         ends = [0] + [t.reply_end for t in traj.turns[:-1]]
         assert [t.context_start for t in traj.turns] == ends

@@ -217,6 +217,18 @@ def test_bi_level_gae_discounts_between_the_turn_samples_of_an_episode(window):
             assert returns.tolist() == pytest.approx([want[b][n]] * turn.reply_tokens)
 
 
+def test_filter_weights_reach_every_turn_sample_of_their_episode():
+    """RAGEN-2's soft reweight is one weight per episode (sigma / (max sigma + 1e-6), sigma
+    the group's unbiased std of returns: 0.1 here), given to each of its turn samples."""
+    trainer, episodes, data = _prepared(
+        "single_turn", 1, "algo.estimator=grpo", "algo.soft_advantage_reweight=true"
+    )
+    weighted, metrics = trainer.weigh(data, episodes)
+    factor = 0.1 / (0.1 + 1e-6)
+    assert metrics["filter/weight_mean"] == pytest.approx(factor)
+    torch.testing.assert_close(weighted.advantages, data.advantages * factor)
+
+
 def test_mini_batches_hold_whole_episodes():
     episodes = torch.tensor([0, 0, 0, 1, 2, 2, 3])
     mask = torch.ones(7, 5, dtype=torch.long)

@@ -30,7 +30,7 @@ from ragen.rollout.dialogue import ChatFormat
 from ragen.rollout.engines import Generator, Request
 from ragen.rollout.rewards import resolve, shaping
 from ragen.rollout.trajectory import Trajectory, Turn
-from ragen.rollout.window import FULL, Episode, window_context
+from ragen.rollout.window import FULL, EpisodeSoFar, window_context
 
 # Evaluation seeds start here so they never coincide with training seeds (which are drawn
 # below this). Two fixed, disjoint ranges (splits) follow: dev, the seeds every evaluation
@@ -87,8 +87,8 @@ class RolloutSpec:
 
 
 class _Episode:
-    """One live episode: its env, its trajectory and the dialogue as messages; the context
-    of its next turn is ``traj.token_ids[context_start:]``."""
+    """One live episode: its env, its trajectory, the dialogue as messages (full window); the
+    context of its next turn is ``traj.token_ids[context_start:]``."""
 
     def __init__(
         self, env_name: str, env, group: int, copy: int, seed: int, key, stream: int, budget: int
@@ -249,7 +249,7 @@ def _take_turn(
 def _open_window(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
     """Append the next turn's context in a windowed mode (rollout/window.py): it starts
     afresh after the last reply."""
-    window = Episode(
+    window = EpisodeSoFar(
         instructions=ep.instructions,
         actions=ep.env.actions,
         demos=ep.demos,

@@ -35,7 +35,7 @@ def first_shown(turn: int, k: int) -> int:
 
 
 @dataclass(frozen=True)
-class Episode:
+class EpisodeSoFar:
     """What a window is built from: the episode's fixed text and its turns so far.
 
     ``turns`` index ``token_ids`` (their replies' ids); ``observation`` is the state of the
@@ -51,7 +51,7 @@ class Episode:
 
 
 def window_context(
-    fmt: ChatFormat, mode: str, k: int, ep: Episode, max_actions_per_turn: int, think: bool
+    fmt: ChatFormat, mode: str, k: int, ep: EpisodeSoFar, max_actions_per_turn: int, think: bool
 ) -> tuple[list[int], int]:
     """The ids of the next turn's context in the windowed ``mode`` (limited_multi_turn or
     single_turn) showing ``k`` turns, and the number of the first turn it shows.
