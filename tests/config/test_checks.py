@@ -60,6 +60,7 @@ BAD_COMBINATIONS = [
     ),
     (["env.eval_options.bandit.arm_names=[A, B]"], "env.eval_options", "set its options in"),
     (["env.eval_options.sokoban.spaced=true"], "env.eval_options", "does not evaluate"),
+    (["rollout.context_turns=3"], "rollout.context_turns", "context_window=limited_multi_turn"),
 ]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen.run.jsonl import read_jsonl
+from ragen.run.jsonl import read_jsonl, to_json_line
 from ragen.run.metrics_logger import MetricsLogger
 from ragen.run.rundir import RunDir
 from ragen.viewer.app import create_app
@@ -268,4 +268,42 @@ def test_exported_file_works_offline_and_runs_no_payload(planted_run, tmp_path, 
     assert page.locator("svg.chart polyline").count() == 3
     time.sleep(0.3)
     assert not watched.pwned()
+    assert not watched.errors
+
+
+def test_each_turn_says_what_a_windowed_context_showed(viewer_run, copy_run, tmp_path, watched):
+    """A real episode of the run, rewritten as three turns played with a window of 2 turns
+    (limited_multi_turn) and as single_turn: each turn names what its context showed; an
+    episode of the full window shows no such line."""
+    run = copy_run(viewer_run, tmp_path / "windowed")
+    path = RunDir(run).trajectory_file(1)
+    records = read_jsonl(path).records
+    windowed = []
+    for window in ("limited_multi_turn", "single_turn"):
+        record = {**records[0], "context_window": window}
+        record["turns"] = [{**records[0]["turns"][0], "first_shown": n} for n in (1, 1, 2)]
+        windowed.append(record)
+    path.write_text("".join(to_json_line(r) + "\n" for r in [*windowed, *records[1:]]))
+    want = {
+        0: [
+            "the instructions and this turn only",
+            "the instructions, then turns 1–2 as a chat",
+            "the instructions, then turns 2–3 as a chat",
+        ],
+        1: [
+            "the instructions and this turn's state only",
+            "the instructions, turn 1 summarised, then this turn's state",
+            "the instructions, turn 2 summarised, then this turn's state",
+        ],
+    }
+    with Server(run) as server:
+        page = watched.page
+        for ep, lines in want.items():
+            page.goto(server.url(f"step/1?ep={ep}"))
+            page.locator("#dialogue .turn").nth(2).wait_for()
+            saw = page.locator("#dialogue .field", has_text="model saw")
+            assert [saw.nth(i).locator(".value").inner_text() for i in range(3)] == lines
+        page.goto(server.url("step/1?ep=2"))
+        page.locator("#dialogue .turn").first.wait_for()
+        assert page.locator("#dialogue .field", has_text="model saw").count() == 0
     assert not watched.errors

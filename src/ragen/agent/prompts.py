@@ -79,18 +79,32 @@ def first_user_message(
     actions_left: int,
     *,
     think: bool = True,
+    turn: int = 1,
+    past: Sequence[str] = (),
 ) -> str:
     """The opening user message: the env's instructions, then turn 1 and the format rule.
 
     instructions: the env's text (rules, symbol legend, action list).
     actions: the env's action words; empty for a free-text env, whose answer is one action.
+    turn, past: a context window that dropped the turns before ``turn`` opens with it instead
+    (its number kept), after ``past``, the earlier turns summarised (:func:`past_turn`).
     """
+    _check_at_least("turn", turn, 1)
     per_turn = max_actions_per_turn if actions else 1
     rule = format_rule(think, per_turn)
     example = example_reply(actions, per_turn, think=think)
     if example:
         rule = f"{rule} Example: {example}"
-    return f"{instructions.strip()}\n{_turn(1, observation, actions_left)}\n{rule}"
+    history = "".join(f"{block}\n" for block in past)
+    return f"{instructions.strip()}\n{history}{_turn(turn, observation, actions_left)}\n{rule}"
+
+
+def past_turn(turn: int, observation: str, actions: Sequence[str], rewards: Sequence[float]) -> str:
+    """An earlier turn in one block, as the single_turn context window summarises it: its
+    state, the actions it ran and their rewards."""
+    state = observation.strip("\r\n")
+    ran = f"Actions: {' || '.join(actions)}\n{_rewards(rewards)}" if actions else _rewards(())
+    return f"Turn {turn}:\nState:\n{state}\n{ran}"
 
 
 def turn_user_message(

@@ -34,6 +34,7 @@ from ragen.config.loading import (
 from ragen.config.schema import (
     AGG_MODES,
     BACKENDS,
+    CONTEXT_WINDOWS,
     DEFAULT_SPEC,
     DTYPES,
     ESTIMATOR_NAMES,
@@ -68,6 +69,7 @@ from ragen.config.schema import (
 __all__ = [
     "AGG_MODES",
     "BACKENDS",
+    "CONTEXT_WINDOWS",
     "DEFAULT_SPEC",
     "DTYPES",
     "ESTIMATOR_NAMES",

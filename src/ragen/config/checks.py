@@ -66,6 +66,13 @@ def check_combinations(c: Config) -> Config:
             f"{r.max_reply_tokens} >= {r.max_context_tokens}",
             "one reply must fit in the context with the prompt; raise max_context_tokens",
         )
+    if r.context_window == "full" and r.context_turns != 1:
+        raise _contradiction(
+            "rollout.context_window and rollout.context_turns",
+            f"full with context_turns={r.context_turns}",
+            "the full window shows every turn; set rollout.context_window=limited_multi_turn "
+            "or single_turn, or leave context_turns at 1",
+        )
     _check_estimator(c)
     _check_filter(c)
     kept = kept_episodes(c)

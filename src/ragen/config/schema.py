@@ -121,6 +121,9 @@ EvalSplit = Literal["dev", "test"]
 EVAL_SPLITS: tuple[str, ...] = get_args(EvalSplit)
 FormatPenaltyMode = Literal["no_action", "any_invalid"]
 FORMAT_PENALTY_MODES: tuple[str, ...] = get_args(FormatPenaltyMode)
+# What the model is shown at each turn (RAGEN-2's context_window_mode; ragen.rollout.window).
+ContextWindow = Literal["full", "limited_multi_turn", "single_turn"]
+CONTEXT_WINDOWS: tuple[str, ...] = get_args(ContextWindow)
 
 
 @dataclass
@@ -138,7 +141,8 @@ class RolloutConfig:
     max_reply_tokens: int = opt(400, ge=1, le=MAX_CONTEXT_TOKENS)
     """Token budget of one reply (a reply cut here ends truncated:reply_length)."""
     max_context_tokens: int = opt(3600, ge=16, le=MAX_CONTEXT_TOKENS)
-    """Token budget of a whole dialogue (an episode that would pass it ends truncated:context)."""
+    """Token budget of a whole dialogue, or with a context_window other than full of each
+    turn's context (an episode that would pass it ends truncated:context)."""
     temperature: float = opt(1.0, ge=0.0)
     """Sampling temperature of training rollouts; 0 means greedy."""
     top_p: float = opt(1.0, gt=0.0, le=1.0)
@@ -164,6 +168,17 @@ class RolloutConfig:
     """Worked turns of other instances of the game shown before each dialogue (few-shot)."""
     reward_placement: Literal["last_token", "per_turn"] = "last_token"
     """Where rewards land: the episode's last reply token, or each turn's last reply token."""
+    context_window: ContextWindow = "full"
+    """What the model sees at each turn (RAGEN-2's context window). full: the whole dialogue,
+    one training sample per episode. limited_multi_turn: the system line, worked examples and
+    instructions, then the last context_turns turns as a chat (turn numbers kept).
+    single_turn: the same opening, then one user message summarising the context_turns - 1
+    turns before (state, actions, rewards) and the current state. Both train one sample per
+    turn, the loss on its reply alone, with the episode's advantages (grpo: one entry per
+    episode); trainer.mini_batch_size still counts episodes."""
+    context_turns: int = opt(1, ge=0, le=10_000)
+    """k, the turns a limited_multi_turn or single_turn context shows, the current one
+    included (1: the current state alone; 0: every turn so far); only with those windows."""
     reuse_k: int = opt(1, ge=1, le=1000)
     """Updates per rollout set ("online-k"); 1 means fresh rollouts every update."""
     backend: RolloutBackend = "hf"

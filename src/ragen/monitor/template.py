@@ -80,7 +80,8 @@ def sample_pairs(
     """Up to ``max_pairs`` (prompt_ids, reasoning_ids) pairs with pairwise distinct prompts.
 
     Trajectories are visited in a seeded random order; from each, the first turn (or a
-    random turn, ``first_turn_only=False``) gives the pair. Copies of one group share their
+    random turn, ``first_turn_only=False``) gives the pair, its prompt the context the reply
+    was sampled in. Copies of one group share their
     first prompt, so a prompt already taken is skipped: with two identical prompts the true
     one could not be told apart. Empty reasonings are skipped (nothing to score). First
     turns keep the prompts short, which is what the N x N scoring pays for.
@@ -96,7 +97,7 @@ def sample_pairs(
         if not t.turns:
             continue
         turn = t.turns[0] if first_turn_only else rng.choice(t.turns)
-        prompt = t.token_ids[: turn.reply_start]
+        prompt = t.token_ids[turn.context_start : turn.reply_start]
         reply = t.token_ids[turn.reply_start : turn.reply_end]
         reasoning = reply[: reasoning_length(reply, decode)]
         if reasoning and tuple(prompt) not in seen:

@@ -2,7 +2,9 @@
 
 Each turn: every live episode's context goes to the generator in one batch; each reply is
 parsed into actions; at most ``max_actions_per_turn`` of them (and no more than the episode
-has left) are executed; the observation and rewards go back as the next user message.
+has left) are executed; the observation and rewards go back as the next user message, after
+the whole dialogue (``context_window=full``) or in a context built afresh for the next turn
+(the other windows, window.py).
 An episode ends on a terminal env state, on its action or turn budget, when its context
 could not hold another reply, or when a reply runs out of tokens without closing. Every
 episode records why it ended (one of ``trajectory.END_REASONS``).
@@ -23,11 +25,12 @@ from ragen.agent.prompts import (
     turn_user_message,
     worked_reply,
 )
-from ragen.config import FORMAT_PENALTY_MODES, RolloutConfig
+from ragen.config import CONTEXT_WINDOWS, FORMAT_PENALTY_MODES, RolloutConfig
 from ragen.rollout.dialogue import ChatFormat
 from ragen.rollout.engines import Generator, Request
 from ragen.rollout.rewards import resolve, shaping
 from ragen.rollout.trajectory import Trajectory, Turn
+from ragen.rollout.window import FULL, EpisodeSoFar, window_context
 
 # Evaluation seeds start here so they never coincide with training seeds (which are drawn
 # below this). Two fixed, disjoint ranges (splits) follow: dev, the seeds every evaluation
@@ -58,6 +61,8 @@ class RolloutSpec:
     cut_reply_penalty: float | None = _DEFAULT.cut_reply_penalty
     demos: int = _DEFAULT.demos
     reward_terms: tuple[tuple[str, float], ...] = tuple(_DEFAULT.reward_terms.items())
+    context_window: str = _DEFAULT.context_window
+    context_turns: int = _DEFAULT.context_turns
 
     def __post_init__(self) -> None:
         if self.format_penalty_mode not in FORMAT_PENALTY_MODES:
@@ -65,6 +70,13 @@ class RolloutSpec:
                 f"format_penalty_mode={self.format_penalty_mode!r}: choose one of "
                 f"{', '.join(FORMAT_PENALTY_MODES)}"
             )
+        if self.context_window not in CONTEXT_WINDOWS:
+            raise ValueError(
+                f"context_window={self.context_window!r}: choose one of "
+                f"{', '.join(CONTEXT_WINDOWS)}"
+            )
+        if self.context_turns < 0:
+            raise ValueError(f"context_turns must be >= 0 (0: all), got {self.context_turns}")
 
     @classmethod
     def from_config(cls, rollout, **changes) -> RolloutSpec:
@@ -75,7 +87,8 @@ class RolloutSpec:
 
 
 class _Episode:
-    """One live episode: its env, its trajectory and the dialogue as messages."""
+    """One live episode: its env, its trajectory, the dialogue as messages (full window); the
+    context of its next turn is ``traj.token_ids[context_start:]``."""
 
     def __init__(
         self, env_name: str, env, group: int, copy: int, seed: int, key, stream: int, budget: int
@@ -83,8 +96,16 @@ class _Episode:
         self.env, self.key, self.stream, self.budget = env, key, stream, budget
         self.traj = Trajectory(env=env_name, group=group, copy=copy, seed=seed)
         self.messages: list[dict] = []
+        self.demos: list[dict] = []
+        self.instructions = ""
         self.observation = ""
         self.actions_used = 0
+        self.context_start = 0
+        self.first_shown = 1
+
+    def context(self) -> list[int]:
+        """The ids the model continues at its next turn."""
+        return self.traj.token_ids[self.context_start :]
 
     @property
     def done(self) -> bool:
@@ -119,18 +140,20 @@ def _demo_messages(env, spec: RolloutSpec) -> list[dict]:
 
 def _start(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
     ep.observation = ep.env.reset(ep.traj.seed)
+    ep.instructions = ep.env.instructions()
+    ep.traj.context_window = spec.context_window
     user = first_user_message(
-        ep.env.instructions(),
+        ep.instructions,
         ep.env.actions,
         spec.max_actions_per_turn,
         ep.observation,
         spec.max_actions_per_episode,
         think=spec.think,
     )
-    demos = _demo_messages(ep.env, spec)
+    ep.demos = _demo_messages(ep.env, spec)
     # The demonstrations stay in the dialogue: the template renders every later turn after them.
-    ep.messages += [*demos, {"role": "user", "content": user}]
-    ep.traj.append(fmt.opening(user, demos), sampled=False)
+    ep.messages += [*ep.demos, {"role": "user", "content": user}]
+    ep.traj.append(fmt.opening(user, ep.demos), sampled=False)
 
 
 def _act(ep: _Episode, actions: Sequence[str]) -> list[float]:
@@ -196,6 +219,8 @@ def _take_turn(
         reply_start=start,
         reply_end=start + len(sample.token_ids),
         anchor=anchor,
+        context_start=ep.context_start,
+        first_shown=ep.first_shown,
     )
     done.terms = {"env": sum(rewards), "format": penalty, **shaping(done, terms)}
     done.reward = sum(done.terms.values())
@@ -203,6 +228,9 @@ def _take_turn(
     if not ep.done and turn + 1 >= spec.max_turns:
         ep.finish("truncated:turns")
     if ep.done:
+        return
+    if spec.context_window != FULL:
+        _open_window(ep, fmt, spec)
         return
     user = turn_user_message(
         turn + 2,
@@ -216,6 +244,25 @@ def _take_turn(
     # ep.messages still ends with the user message this reply answered
     ep.traj.append(fmt.continuation(ep.messages, user, reply_stopped=stopped), sampled=False)
     ep.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": user}]
+
+
+def _open_window(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
+    """Append the next turn's context in a windowed mode (rollout/window.py): it starts
+    afresh after the last reply."""
+    window = EpisodeSoFar(
+        instructions=ep.instructions,
+        actions=ep.env.actions,
+        demos=ep.demos,
+        turns=ep.traj.turns,
+        token_ids=ep.traj.token_ids,
+        observation=ep.observation,
+        budget=ep.budget,
+    )
+    ids, ep.first_shown = window_context(
+        fmt, spec.context_window, spec.context_turns, window, _per_turn(ep.env, spec), spec.think
+    )
+    ep.context_start = len(ep.traj.token_ids)
+    ep.traj.append(ids, sampled=False)
 
 
 def rollout(
@@ -256,7 +303,8 @@ def rollout(
         for turn in range(spec.max_turns):
             live = [ep for ep in episodes if not ep.done]
             for ep in live:
-                if len(ep.traj.token_ids) + spec.max_reply_tokens > spec.max_context_tokens:
+                context = len(ep.traj.token_ids) - ep.context_start
+                if context + spec.max_reply_tokens > spec.max_context_tokens:
                     ep.finish("truncated:context")
             live = [ep for ep in live if not ep.done]
             if not live:
@@ -264,7 +312,7 @@ def rollout(
             if on_turn is not None:
                 on_turn(turn, len(live))
             samples = generator.generate(
-                [Request(ep.key, list(ep.traj.token_ids), ep.stream, ep.env) for ep in live],
+                [Request(ep.key, ep.context(), ep.stream, ep.env) for ep in live],
                 max_new_tokens=spec.max_reply_tokens,
                 temperature=spec.temperature,
                 top_p=spec.top_p,

@@ -25,7 +25,8 @@ RewardPlacement = Literal["last_token", "per_turn"]
 
 @dataclass
 class Turn:
-    """One reply and what it did. ``reply_start:reply_end`` indexes the sampled tokens."""
+    """One reply and what it did. ``reply_start:reply_end`` indexes the sampled tokens,
+    ``context_start:reply_start`` the context they were sampled in."""
 
     observation: str
     reply: str
@@ -42,12 +43,23 @@ class Turn:
     reply_end: int
     terms: dict[str, float] = field(default_factory=dict)  # reward by term; sums to reward
     anchor: str | None = None  # the state's key when the env gives one (see envs.anchor)
+    # The reply was sampled after token_ids[context_start:reply_start]: the whole dialogue
+    # before it (0) with the full context window, else the window built for this turn, which
+    # shows the turns from first_shown (1-based) on (rollout/window.py).
+    context_start: int = 0
+    first_shown: int = 1
 
     @property
     def anchor_key(self) -> str:
         """The history-free key of the state this turn acted from: turns of a group with
         equal keys form one of GiGPO's anchor groups."""
         return self.observation if self.anchor is None else self.anchor
+
+    @property
+    def sample(self) -> slice:
+        """The turn's context and reply in the trajectory's ids: its training sample when the
+        context window is not full."""
+        return slice(self.context_start, self.reply_end)
 
     @property
     def reply_tokens(self) -> int:
@@ -69,6 +81,14 @@ class Trajectory:
     turns: list[Turn] = field(default_factory=list)
     success: bool = False
     end: str = ""
+    # rollout.context_window it was played with: not full, the ids hold each turn's own
+    # context and reply in turn, and each turn is a training sample (rollout/samples.py).
+    context_window: str = "full"
+
+    @property
+    def per_turn(self) -> bool:
+        """Whether each turn is its own training sample (a context window other than full)."""
+        return self.context_window != "full"
 
     @property
     def total_reward(self) -> float:
@@ -94,13 +114,17 @@ class Trajectory:
         return rewards
 
     def to_record(self) -> dict:
-        """The JSONL episode record (no token ids: those stay in memory for the update)."""
+        """The JSONL episode record (no token ids: those stay in memory for the update).
+        With a context window other than full, it names the window, and each turn the first
+        turn its context showed (``first_shown``)."""
+        window = {"context_window": self.context_window} if self.per_turn else {}
         return {
             "env": self.env,
             "group": self.group,
             "copy": self.copy,
             "seed": self.seed,
-            "turns": [_turn_record(t) for t in self.turns],
+            **window,
+            "turns": [_turn_record(t, self.per_turn) for t in self.turns],
             "total_reward": self.total_reward,
             "success": self.success,
             "end": self.end,
@@ -111,13 +135,15 @@ class Trajectory:
         }
 
 
-def _turn_record(turn: Turn) -> dict:
-    """A turn as the JSONL record holds it: no token offsets, and the anchor only when the
-    env gave one that differs from the observation."""
+def _turn_record(turn: Turn, windowed: bool) -> dict:
+    """A turn as the JSONL record holds it: no token offsets, the anchor only when the env
+    gave one that differs from the observation, ``first_shown`` only when ``windowed``."""
     record = asdict(turn)
-    del record["reply_start"], record["reply_end"]
+    del record["reply_start"], record["reply_end"], record["context_start"]
     if turn.anchor is None:
         del record["anchor"]
+    if not windowed:
+        del record["first_shown"]
     return record
 
 

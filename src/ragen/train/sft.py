@@ -24,6 +24,7 @@ from ragen.config import Config, ConfigError
 from ragen.host.memory import trim_heap
 from ragen.rollout.expert import expert_dialogues, expert_seeds
 from ragen.rollout.loop import RolloutSpec
+from ragen.rollout.samples import TurnSamples
 from ragen.rollout.trajectory import Batch, Trajectory, collate
 from ragen.train import setup
 from ragen.train.forward import SharedOpening, token_logprobs
@@ -164,9 +165,13 @@ class SftTrainer:
 
     def batch(self, dialogues: list[Trajectory]) -> Batch:
         """The step's dialogues as one right-padded batch, shortest first: rows of similar
-        length share a micro-batch, so less padding is computed."""
+        length share a micro-batch, so less padding is computed. With a context window other
+        than full, the rows are their turn samples (rollout/samples.py), as RL trains."""
         by_length = sorted(dialogues, key=lambda d: len(d.token_ids))
-        return collate(by_length, self.m.tokenizer.pad_token_id)
+        batch = collate(by_length, self.m.tokenizer.pad_token_id)
+        if self.spec.context_window == "full":
+            return batch
+        return TurnSamples.of(by_length).batch(batch, self.m.tokenizer.pad_token_id)
 
     def step(self, step: int, state: RunState) -> tuple[dict[str, float], list[Trajectory]]:
         """One supervised step on fresh expert dialogues: its metrics and the dialogues."""

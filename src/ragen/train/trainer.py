@@ -39,7 +39,8 @@ from ragen.config import ROW_BY_ROW, AlgoConfig, Config
 from ragen.host.memory import trim_heap
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
-from ragen.rollout.trajectory import Trajectory, collate
+from ragen.rollout.samples import TurnSamples
+from ragen.rollout.trajectory import Batch, Trajectory, collate
 from ragen.train import distributed, fsdp, setup
 from ragen.train.distributed import say
 from ragen.train.preflight import import_estimator
@@ -253,11 +254,13 @@ class Trainer:
             loss_scaling=a.filter_loss_scaling,
             soft=a.soft_advantage_reweight,
         )  # (B,)
-        advantages = data.advantages * weights.to(data.advantages)[:, None]  # (B, T)
         metrics = {
             "filter/weight_mean": float(weights.mean()),
             "filter/weight_min": float(weights.min()),
         }
+        if data.episodes is not None:  # rows are turn samples: each takes its episode's
+            weights = weights.to(data.episodes.device)[data.episodes]
+        advantages = data.advantages * weights.to(data.advantages)[:, None]  # (B, T)
         return replace(data, advantages=advantages), metrics
 
     def skip_update(self, step: int, state: RunState) -> dict[str, float]:
@@ -277,9 +280,16 @@ class Trainer:
 
     def prepare(self, kept: list[Trajectory]) -> UpdateData:
         """Collate, score (old log-probs in the update's dtype, reference, values), and
-        compute advantages: of the whole batch, on every rank (batch statistics are global)."""
+        compute advantages: of the whole batch, on every rank (batch statistics are global).
+
+        With a context window other than full the update's rows are the turn samples
+        (rollout/samples.py): they are scored, and their values placed back on the
+        episodes' rows, on which the advantages are estimated as with the full window."""
         c = self.config
-        batch = collate(kept, self.m.tokenizer.pad_token_id, c.rollout.reward_placement)
+        pad = self.m.tokenizer.pad_token_id
+        episodes = collate(kept, pad, c.rollout.reward_placement)
+        samples = TurnSamples.of(kept) if self.spec.context_window != "full" else None
+        batch = episodes if samples is None else samples.batch(episodes, pad)
         ids = batch.input_ids.to(self.device)
         mask = batch.attention_mask.to(self.device)
         loss_mask = batch.loss_mask.to(self.device)
@@ -302,16 +312,7 @@ class Trainer:
                 rollout_logprobs=batch.logprobs.to(self.device),
             )
         with phases.timed(phases.ADVANTAGES):
-            advantages, returns = batch_advantages(
-                c.algo,
-                rewards=rewards,
-                mask=loss_mask,
-                values=scored["values"],
-                scores=batch.scores.to(self.device),
-                group_ids=batch.group_ids.to(self.device),
-                turn_ids=batch.turn_ids.to(self.device),
-                anchor_ids=self.anchors(kept),
-            )
+            advantages, returns = self.advantages(kept, episodes, samples, scored["values"])
         return UpdateData(
             input_ids=ids,
             attention_mask=mask,
@@ -322,7 +323,36 @@ class Trainer:
             ref_logprobs=scored["ref_logprobs"],
             old_values=scored["values"],
             rollout_logprobs=batch.logprobs.to(self.device),
+            episodes=None if samples is None else samples.episode.to(self.device),
         )
+
+    def advantages(
+        self,
+        kept: list[Trajectory],
+        episodes: Batch,
+        samples: TurnSamples | None,
+        values: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantages and returns of the update's rows, estimated on the ``episodes``' rows
+        (``batch_advantages``). With turn ``samples`` (the rows when the context window is
+        not full), their ``values`` are placed on the episodes' rows first, and the results
+        cut back into the samples: (R, W), else (B, T) as ``values``."""
+        d = self.device
+        if samples is not None and values is not None:
+            values = samples.to_episodes(values, episodes.input_ids.shape)
+        advantages, returns = batch_advantages(
+            self.config.algo,
+            rewards=episodes.rewards.to(d),
+            mask=episodes.loss_mask.to(d),
+            values=values,
+            scores=episodes.scores.to(d),
+            group_ids=episodes.group_ids.to(d),
+            turn_ids=episodes.turn_ids.to(d),
+            anchor_ids=self.anchors(kept),
+        )
+        if samples is None:
+            return advantages, returns
+        return samples.to_samples(advantages), samples.to_samples(returns)
 
     def anchors(self, kept: list[Trajectory]) -> torch.Tensor | None:
         """(B, M) anchor ids of the kept episodes' turns for an estimator that reads them
@@ -341,13 +371,16 @@ class Trainer:
         """Whether the update of ``kept`` episodes trains the critic before the policy and
         estimates the advantages from its values (on-policy, a row-by-row estimator): no
         scoring pass for the values. Not when ``algo.filter_loss_scaling`` weighs the
-        advantages: ``weigh`` scales them before the update, so a values pass gives them."""
+        advantages: ``weigh`` scales them before the update, so a values pass gives them.
+        Nor with a context window other than full: an episode's advantages then read the
+        values of all its turn samples, which are rows of their own."""
         a = self.config.algo
         return (
             self.on_policy(kept)
             and self.m.critic is not None
             and a.estimator in ROW_BY_ROW
             and a.filter_loss_scaling == "none"
+            and self.spec.context_window == "full"
         )
 
     def on_policy(self, kept: int) -> bool:

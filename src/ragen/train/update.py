@@ -60,7 +60,8 @@ class UpdateSettings:
 
 @dataclass
 class UpdateData:
-    """Everything the update reads, each (B, T) unless noted; rows are episodes.
+    """Everything the update reads, each (B, T) unless noted; rows are episodes, or their turn
+    samples when the context window is not full (``episodes`` then says whose).
 
     On-policy shortcuts (``Trainer.on_policy``): ``old_logprobs`` None means the
     update's own forward gives them (same weights, same rows). ``advantages`` None means the
@@ -79,6 +80,7 @@ class UpdateData:
     old_values: torch.Tensor | None
     rewards: torch.Tensor | None = None
     rollout_logprobs: torch.Tensor | None = None  # what the sampler reported (TIS)
+    episodes: torch.Tensor | None = None  # (B,) long: each turn sample's episode
 
     def rows(self, index: torch.Tensor) -> UpdateData:
         """A sub-batch, trimmed to its longest row (right padding only)."""
@@ -101,11 +103,16 @@ class UpdateData:
             old_values=take_optional(self.old_values),
             rewards=take_optional(self.rewards),
             rollout_logprobs=take_optional(self.rollout_logprobs),
+            episodes=None if self.episodes is None else self.episodes[index],
         )
 
 
 def mini_batch_rows(
-    attention_mask: torch.Tensor, epochs: int, size: int, seed: int
+    attention_mask: torch.Tensor,
+    epochs: int,
+    size: int,
+    seed: int,
+    episodes: torch.Tensor | None = None,
 ) -> Iterator[torch.Tensor]:
     """The row indices of each mini-batch, in the order the update runs them: per epoch a
     permutation drawn from ``seed``, cut into mini-batches of ``size`` rows (the last holds
@@ -113,11 +120,20 @@ def mini_batch_rows(
     like length and pad less. The gradient is the mini-batch's whatever its rows' order (up
     to float summation order).
 
-    attention_mask: (B, T) of the batch, right-padded."""
+    attention_mask: (B, T) of the batch, right-padded.
+    episodes: (B,) the episode of each row when rows are turn samples: the permutation and
+    the ``size`` are then of episodes, and a mini-batch holds all the rows of its episodes,
+    so a window other than full takes as many optimiser steps as the full one."""
     generator = torch.Generator().manual_seed(seed)
+    units = None if episodes is None else torch.unique(episodes.cpu())
     for _ in range(epochs):
-        order = torch.randperm(len(attention_mask), generator=generator)
+        if units is None:
+            order = torch.randperm(len(attention_mask), generator=generator)
+        else:
+            order = units[torch.randperm(len(units), generator=generator)]
         for mini in order.split(size):
+            if episodes is not None:
+                mini = torch.isin(episodes.cpu(), mini).nonzero().squeeze(1)
             yield by_length(mini, attention_mask)
 
 
@@ -397,9 +413,10 @@ def ppo_update(
     """Run the PPO epochs; returns the step's ``actor/…`` and ``critic/…`` metrics (the same
     on every rank).
 
-    Each epoch splits the shuffled episodes into mini-batches of ``mini_batch_size``, the
-    last one holding the rest; a batch smaller than ``mini_batch_size`` (a filter that keeps
-    a varying number of groups kept few) is one mini-batch, so one optimiser step."""
+    Each epoch splits the shuffled episodes into mini-batches of ``mini_batch_size`` (with
+    all their turn samples when rows are such), the last one holding the rest; a batch
+    smaller than ``mini_batch_size`` (a filter that keeps a varying number of groups kept
+    few) is one mini-batch, so one optimiser step."""
     tally, skipped, steps = _Tally(), 0, 0
     totals: dict[str, float] = defaultdict(float)  # this rank's shares of _ADDITIVE stats
     autocast = (
@@ -409,7 +426,9 @@ def ppo_update(
     )
     policy.train()
     t = s.trainer
-    rows = mini_batch_rows(data.attention_mask, t.ppo_epochs, t.mini_batch_size, seed)
+    rows = mini_batch_rows(
+        data.attention_mask, t.ppo_epochs, t.mini_batch_size, seed, data.episodes
+    )
     for mini in rows:
         mini_data = data.rows(mini)
         norm = _normaliser(mini_data.loss_mask, s.algo.aggregation())

@@ -622,6 +622,8 @@
       ["reply tokens", r.reply_tokens],
       ["context tokens", r.context_tokens],
     ];
+    const contextWindow = typeof r.context_window === "string" ? r.context_window : "";
+    if (contextWindow) facts.push(["context window", contextWindow]);
     const head = el(
       "div",
       { class: "episode-head" },
@@ -635,10 +637,23 @@
       ),
     );
     const turns = Array.isArray(r.turns) ? r.turns : [];
-    return el("div", { class: "episode" }, head, turns.map((t, i) => turnView(t || {}, i)));
+    return el("div", { class: "episode" }, head, turns.map((t, i) => turnView(t || {}, i, contextWindow)));
   }
 
-  function turnView(t, i) {
+  // What the model was shown at turn `now` (1-based) under a context window other than full.
+  function seen(contextWindow, first, now) {
+    const from = Number.isInteger(first) && first >= 1 && first <= now ? first : now;
+    if (contextWindow === "single_turn") {
+      if (from === now) return "the instructions and this turn's state only";
+      const to = now - 1;
+      const past = from === to ? `turn ${from}` : `turns ${from}–${to}`;
+      return `the instructions, ${past} summarised, then this turn's state`;
+    }
+    if (from === now) return "the instructions and this turn only";
+    return `the instructions, then turns ${from}–${now} as a chat`;
+  }
+
+  function turnView(t, i, contextWindow) {
     const problems = Array.isArray(t.problems) ? t.problems.map(String) : [];
     const actions = Array.isArray(t.actions) ? t.actions.map(String) : [];
     const rewards = Array.isArray(t.rewards) ? t.rewards : [];
@@ -657,6 +672,9 @@
           text: formatOk ? "format ok" : "format problems",
         }),
       ),
+      contextWindow
+        ? field("model saw", el("span", { class: "muted", text: seen(contextWindow, t.first_shown, i + 1) }))
+        : null,
       field("observation", el("pre", { class: "grid", text: String(t.observation ?? "") })),
       field("think", el("div", { class: "think text", text: String(t.think ?? "") })),
       field("answer", el("div", { class: "answer text", text: String(t.answer ?? "") })),
