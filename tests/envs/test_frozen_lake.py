@@ -89,6 +89,13 @@ def test_a_non_slippery_walk_reaches_the_goal_with_reward_one():
     assert results[-1].observation == "___\nOO_\n__√"
 
 
+def test_the_instructions_tell_the_ice_the_env_plays_by():
+    slippery, firm = FrozenLakeEnv().instructions(), FrozenLakeEnv(slippery=False).instructions()
+    assert "with probability 1/3" in slippery and "not slippery" not in slippery
+    assert "The ice is not slippery: you move in the direction you choose." in firm
+    assert "probability" not in firm
+
+
 def test_falling_in_a_hole_ends_without_reward():
     env = FrozenLakeEnv(slippery=False)
     env.load(("SF", "HG"), seed=0)

@@ -58,6 +58,13 @@ MAX_TRIES = 10_000  # map draws before giving up: a 64×64 draw takes well under
 
 _TILE = {"S": "_", "F": "_", "H": "O", "G": "G"}  # what the agent sees under no player
 _PLAYER = {"S": "P", "F": "P", "H": "X", "G": "√"}  # the player standing on each tile
+# How the ice moves the agent, as the instructions tell it: the rule the env plays by.
+_SLIPPERY = (
+    "The ice is slippery: you move in the direction you choose with probability 1/3, "
+    "and slide to each of the two perpendicular directions with probability 1/3. "
+)
+_NOT_SLIPPERY = "The ice is not slippery: you move in the direction you choose. "
+
 # Salt that gives the slipping a random stream of its own, apart from the map's.
 _SLIP_STREAM = 1
 # Lakes of the worked turns shown to a small model (rollout.demos). Seeds from 2e9 up are
@@ -346,9 +353,8 @@ class FrozenLakeEnv:
     def instructions(self) -> str:
         return (
             "You are walking on a frozen lake. Reach the goal without falling into a hole. "
-            "The ice is slippery: you move in the direction you choose with probability 1/3, "
-            "and slide to each of the two perpendicular directions with probability 1/3. "
-            "Walking into the edge leaves you where you are.\n"
+            + (_SLIPPERY if self.slippery else _NOT_SLIPPERY)
+            + "Walking into the edge leaves you where you are.\n"
             "Symbols: P you, _ frozen ice, O hole, G goal, X you in a hole, √ you on the goal.\n"
             + (_COORD_HINT if self.coord else "")
             + "Reward: 1 for reaching the goal, 0 otherwise.\n"
