@@ -7,7 +7,14 @@ fits a straight line to the faint pixels of every segment between two steps and 
 value where the fits of the two segments meeting at a step cross it (at step 0 the EMA
 equals the raw value, so the solid line is read there; where the faint line is hidden under
 the solid one, the solid one). Success counts 32 episodes a step and Bandit's
-distinct-reply share is a mean of k/4 over 8 groups, so both are snapped to k/32.
+distinct-reply share is a mean of k/4 over 8 groups, so both are snapped to k/32. A metric
+logged every k steps (the MI estimate) is read at its logged steps only.
+
+Three FrozenLake runs that learned (22% -> 39% on 256 lakes) kept their report PNGs only in
+git history: ``report`` names them as ``git:COMMIT:FOLDER`` and they are read from there
+(``git show``), not copied into the tree again. Their values are checked against what their
+summaries quote from the exact series (tests/monitor/test_collapse.py): the success EMA at
+the first collapse call, and the docs' 10-step means of the rollout success.
 
 Checked against the two runs whose metrics.jsonl are committed (bandit_ppo_lr1e-4.jsonl is
 plots/learn-bandit, bandit_starpo_s_grpo_lr3e-4.jsonl the orange run of plots/collapse-bandit):
@@ -20,7 +27,9 @@ fits' disagreement, in data units (in decades for the log-scaled gradient norm).
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +46,26 @@ PANELS = {  # plot file: (panel index, metric)
     "diversity": [(0, "diversity/distinct_reply"), (1, "diversity/distinct_2gram_think")],
 }
 LOG = {"actor/grad_norm"}
-RATIOS = {"diversity/distinct_reply", "diversity/distinct_2gram_think"}
+RATIOS = {
+    "diversity/distinct_reply",
+    "diversity/distinct_2gram_think",
+    "diversity/action_template_share",
+}
+# `make demo`'s reports: the success plot has the evaluation beside the rollouts, the
+# diversity plot the (empty) template panels beside the two diversity ones.
+PANELS_DEMO = PANELS | {
+    "diversity": [(0, "diversity/distinct_reply"), (1, "diversity/distinct_2gram_think")]
+}
+# Reports from after the template probe: the diversity plot has five panels, and the MI
+# estimate is logged every 10 steps (steps 9, 19, ...).
+PANELS_TEMPLATE = PANELS | {
+    "diversity": [
+        (0, "diversity/distinct_reply"),
+        (1, "diversity/distinct_2gram_think"),
+        (2, "diversity/action_template_share"),
+        (3, "collapse/mi_estimate"),
+    ]
+}
 
 
 def ticks(*values, minor=False):
@@ -63,6 +91,58 @@ COLLAPSE_BANDIT = {
     "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4),
     "diversity/distinct_2gram_think": ticks(0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2),
 }
+
+WARM4 = "git:6382eb4^:docs/learn-frozen-lake-warm4-from-sft"
+WARM4_COMMAND = (
+    "python -m experiments.learn frozen-lake model.spec=runs/sft-frozen-lake-toward-warm4/"
+    "checkpoints/step_000004 env.options.random_ends=true env.options.spaced=true "
+    "env.options.offsets=true 'env.eval_names=[frozen-lake]' trainer.eval_every=0 "
+    "trainer.save_every=5 trainer.threads=2"
+)
+
+
+def warm4(suffix, extra, what, tick_labels):
+    """One of the three FrozenLake runs from the 4-step SFT warm-up (40 steps each)."""
+    return {
+        "report": WARM4 + suffix,
+        "run": "frozen-lake-warm4-from-sft" + suffix,
+        "preset": "frozen-lake",
+        "command": f"{WARM4_COMMAND} {extra}".strip(),
+        "what": what,
+        "color": "C0",
+        "steps": 40,
+        "x_every": 5,
+        "panels": PANELS_TEMPLATE,
+        "sparse": {"collapse/mi_estimate": ([9, 19, 29, 39], 10)},
+        "ticks": tick_labels,
+    }
+
+
+def demo(key, folder, what, steps, x_every, tick_labels):
+    """One of the two `make demo` runs of docs/results/bandit.md (the bandit preset, 32
+    episodes a step, raw or whitened advantages). experiments/results/demo.json keeps their
+    exact rollout success and entropy per step: those are used over the reading (main()
+    prints how far the reading was from them)."""
+    exact = json.loads((ROOT / "experiments/results/demo.json").read_text())[key]
+    known = {(s, "rollout/success"): v for s, v in enumerate(exact["rollout_success"])}
+    known |= {(s, "actor/entropy"): v for s, v in enumerate(exact["entropy"])}
+    return {
+        "report": f"git:6382eb4^:docs/{folder}",
+        "run": exact["run_dir"].removeprefix("runs/"),
+        "preset": "bandit",
+        "command": "make demo (ragen train bandit trainer.steps=20 trainer.max_minutes=10 "
+        "trainer.eval_every=1000 trainer.eval_before=true trainer.eval_episodes=128 "
+        f"'env.eval_names=[bandit]'), {exact['preset']}",
+        "what": what,
+        "color": "C0",
+        "steps": steps,
+        "x_every": x_every,
+        "panels": PANELS_DEMO,
+        "known": known,
+        "ticks": tick_labels,
+    }
+
+
 RUNS = {
     "bandit-starpo-grpo-lr1e-4": {
         "report": "tests/monitor/data/plots/bandit-grpo-lr1e-4",
@@ -139,6 +219,105 @@ RUNS = {
             "diversity/distinct_2gram_think": ticks(0.8, 0.78, 0.76, 0.74, 0.72, 0.7, 0.68, 0.66),
         },
     },
+    "learn-frozen-lake-warm4-from-sft": warm4(
+        "",
+        "--minutes 75 --name frozen-lake-warm4-from-sft --eval-n 256 --temperature 0.5",
+        "StarPO-S from a 4-step SFT warm-up, the preset's settings (PPO with a critic at lr "
+        "1e-5, 8 groups of 4 at T=1): 256-lake evaluation 22.27% -> 39.06% (z +4.19), rollout "
+        "success 19.7% over steps 0-9 -> 29.4% over steps 30-39, token entropy 0.70 -> 0.16; "
+        "the monitor called two collapses (steps 10 and 21) (docs/results/frozen-lake.md)",
+        {
+            "rollout/success": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "actor/entropy": ticks(1.2, 1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, minor=True),
+            "diversity/distinct_reply": ticks(0.95, 0.9, 0.85, 0.8, 0.75, 0.7),
+            "diversity/distinct_2gram_think": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15),
+            "diversity/action_template_share": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "collapse/mi_estimate": ticks(2.075, 2.05, 2.025, 2.0, 1.975, 1.95, 1.925, 1.9),
+        },
+    ),
+    "learn-frozen-lake-warm4-from-sft-critic4": warm4(
+        "-critic4",
+        "model.critic_layers=4 --minutes 45 --name frozen-lake-warm4-from-sft-critic4 "
+        "--eval-n 256 --temperature 0.5",
+        "the same with a critic of 4 layers: 256-lake evaluation 22.27% -> 39.45% (z +4.28), "
+        "rollout success 19.4% over steps 0-9 -> 26.9% over steps 30-39, token entropy "
+        "ended at 0.33 (docs/results/frozen-lake.md)",
+        {
+            "rollout/success": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "actor/entropy": ticks(1.2, 1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, minor=True),
+            "diversity/distinct_reply": ticks(0.95, 0.9, 0.85, 0.8, 0.75, 0.7),
+            "diversity/distinct_2gram_think": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2),
+            "diversity/action_template_share": ticks(0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "collapse/mi_estimate": ticks(2.05, 2.0, 1.95, 1.9, 1.85, 1.8, 1.75),
+        },
+    ),
+    "learn-frozen-lake-warm4-from-sft-trunk": warm4(
+        "-trunk",
+        "model.critic_body=policy --minutes 60 --name frozen-lake-warm4-from-sft-trunk "
+        "--eval-n 256 --temperature 0.5",
+        "the same with the critic a head on the policy's trunk: 256-lake evaluation 23.83% -> "
+        "32.03% (z +2.08), rollout success 19.1% over steps 0-9 -> 29.1% over steps 30-39, "
+        "one move sequence in 57.8% of evaluation episodes (docs/results/frozen-lake.md)",
+        {
+            "rollout/success": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+            "actor/entropy": ticks(1.2, 1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, minor=True),
+            "diversity/distinct_reply": ticks(0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6),
+            "diversity/distinct_2gram_think": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15),
+            "diversity/action_template_share": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "collapse/mi_estimate": ticks(2.05, 2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7),
+        },
+    )
+    | {
+        # The last point ends a steep segment and reads 19.5 of 32; the run's summary.md
+        # (beside the plots) quotes it: "59.4% at the end".
+        "known": {(39, "rollout/success"): 19 / 32},
+    },
+    "demo-raw-advantages": demo(
+        "raw_advantages",
+        "demo",
+        "the bandit preset with raw advantages: 128-seed evaluation 55.47% -> 100.00% after 13 "
+        "steps, rollout success 12.5% -> 100% from step 9 on; one warning (reward std, "
+        "step 5), no collapse (docs/results/bandit.md)",
+        13,
+        2,
+        {
+            "rollout/success": ticks(1.0, 0.8, 0.6, 0.4, 0.2),
+            "rollout/reward_mean": ticks(0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "rollout/reward_std": ticks(0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "actor/entropy": ticks(1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, minor=True),
+            "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6),
+            "diversity/distinct_2gram_think": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+        },
+    ),
+    "demo-whitened-advantages": demo(
+        "whitened_advantages",
+        "demo-whitened",
+        "the bandit preset with whitened advantages: rollout success 94% at steps 4-5, then "
+        "41%, 75%, 44% as the replies lost their format; 128-seed evaluation 55.47% -> 27.34% "
+        "after step 8 (-4.8 SE), format-ok 35%; warned at step 5, collapse called at step 8 "
+        "(docs/results/bandit.md)",
+        9,
+        1,
+        {
+            "rollout/success": ticks(0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.14, 0.12, 0.1, 0.08, 0.06, 0.04, 0.02),
+            "actor/entropy": ticks(1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(5.0, 4.0, 3.0, 2.0, 1.0, minor=True),
+            "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6),
+            "diversity/distinct_2gram_think": ticks(0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25),
+        },
+    ),
 }
 CHECKS = {  # runs with an exact recording, to measure the reading error against
     "bandit_ppo_lr1e-4.jsonl": (
@@ -171,6 +350,18 @@ def _runs(indices) -> list[tuple[int, int]]:
             out[-1][1] = i
         else:
             out.append([i, i])
+    return [(a, b) for a, b in out]
+
+
+def _bridged(runs: list[tuple[int, int]], gap: int = 2) -> list[tuple[int, int]]:
+    """Runs of pixels joined across gaps of up to ``gap`` pixels: a grid line crossing a steep
+    segment of the faint line cuts its column in two."""
+    out: list[list[int]] = []
+    for a, b in runs:
+        if out and a - out[-1][1] - 1 <= gap:
+            out[-1][1] = b
+        else:
+            out.append([a, b])
     return [(a, b) for a, b in out]
 
 
@@ -244,7 +435,7 @@ def _read_panel(im, box, color, xpix):
     for i in range(len(xpix) - 1):
         xs, ys = [], []
         for x in range(int(np.ceil(xpix[i] + 3)), int(np.floor(xpix[i + 1] - 3)) + 1):
-            runs = _runs(np.nonzero(faint[y0 + 2 : y1 - 1, x])[0] + y0 + 2)
+            runs = _bridged(_runs(np.nonzero(faint[y0 + 2 : y1 - 1, x])[0] + y0 + 2))
             if len(runs) == 1:
                 rows = np.arange(runs[0][0], runs[0][1] + 1)
                 xs.append(x)
@@ -275,41 +466,67 @@ def _read_panel(im, box, color, xpix):
     return out
 
 
-def read_run(report, color, steps, x_every, tick_labels):
-    """{metric: [(value, read error, how read) per step]} of one run's curves."""
+def image(report, plot):
+    """One report PNG as an RGB float array: from the tree, or ``git:COMMIT:FOLDER`` from
+    git history."""
+    if report.startswith("git:"):
+        _, commit, folder = report.split(":", 2)
+        data = subprocess.run(
+            ["git", "show", f"{commit}:{folder}/{plot}.png"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout
+        source = Image.open(io.BytesIO(data))
+    else:
+        source = Image.open(ROOT / report / f"{plot}.png")
+    return np.asarray(source.convert("RGB")).astype(float)
+
+
+def read_run(report, color, steps, x_every, tick_labels, panels=None, sparse=None):
+    """{metric: {step: (value, read error, how read)}} of one run's curves. ``sparse``:
+    {metric: (logged steps, the step of its panel's first x tick)} for a metric logged every
+    k steps, whose panel's x axis starts at that tick."""
     out = {}
-    for plot, panels in PANELS.items():
-        im = np.asarray(Image.open(ROOT / report / f"{plot}.png").convert("RGB")).astype(float)
+    for plot, plot_panels in (panels or PANELS).items():
+        im = image(report, plot)
         boxes, dark = _axes(im)
-        for index, metric in panels:
+        for index, metric in plot_panels:
             labels, minor = tick_labels[metric]
             left, under = _tick_pixels(dark, boxes[index], minor)
             assert len(left) == len(labels), (report, metric, left, labels)
             scale = np.log10(labels) if metric in LOG else np.array(labels, float)
             per_px, at0 = np.polyfit(left, scale, 1)  # data (or decades) per pixel
-            x_per_step, x_at0 = np.polyfit([x_every * i for i in range(len(under))], under, 1)
-            xpix = [x_per_step * s + x_at0 for s in range(steps)]
-            rows = []
-            for y, spread, how in _read_panel(im, boxes[index], COLORS[color], xpix):
+            logged, first = (sparse or {}).get(metric, (range(steps), 0))
+            tick_steps = [first + x_every * i for i in range(len(under))]
+            x_per_step, x_at0 = np.polyfit(tick_steps, under, 1)
+            xpix = [x_per_step * s + x_at0 for s in logged]
+            rows = {}
+            for step, (y, spread, how) in zip(
+                logged, _read_panel(im, boxes[index], COLORS[color], xpix), strict=True
+            ):
                 if y is None:
-                    rows.append((None, None, how))
+                    rows[step] = (None, None, how)
                     continue
                 value = per_px * y + at0
                 value = 10**value if metric in LOG else value
-                rows.append((float(value), max(3.0, spread) * abs(per_px), how))
+                rows[step] = (float(value), max(3.0, spread) * abs(per_px), how)
             out[metric] = rows
     return out
 
 
-def records(readings, steps, snap_ratio, fill=None):
-    """metrics.jsonl-like records, and the read error of each metric."""
+def records(readings, steps, snap_ratio, fill=None, known=None):
+    """metrics.jsonl-like records, and the read error of each metric. ``fill``: values for
+    points not found; ``known``: values known from elsewhere, used over the reading."""
     recs, error = [], {}
     for step in range(steps):
         record = {"step": step}
         for metric, rows in readings.items():
+            if step not in rows:  # a sparse metric, not logged at this step
+                continue
             value, err, _ = rows[step]
-            if value is None:
-                value, err = (fill or {})[(step, metric)], 0.0
+            if value is None or (step, metric) in (known or {}):
+                value, err = ({**(fill or {}), **(known or {})})[(step, metric)], 0.0
             if metric == "rollout/success" or (snap_ratio and metric == "diversity/distinct_reply"):
                 value, err = round(value * 32) / 32, 0.0
             elif metric in LOG:
@@ -317,7 +534,7 @@ def records(readings, steps, snap_ratio, fill=None):
             else:
                 value = (
                     round(value, 4)
-                    if metric == "rollout/reward_mean"
+                    if metric in ("rollout/reward_mean", "collapse/mi_estimate")
                     else max(round(value, 4), 0.0)
                 )
                 value = min(value, 1.0) if metric in RATIOS else value
@@ -341,10 +558,29 @@ def main() -> None:
         print(f"{report} against {name}: largest difference per metric {worst}")
     runs = {}
     for name, run in RUNS.items():
-        readings = read_run(run["report"], run["color"], run["steps"], run["x_every"], run["ticks"])
-        recs, error = records(
-            readings, run["steps"], run["preset"].startswith("bandit"), run.get("fill")
+        readings = read_run(
+            run["report"],
+            run["color"],
+            run["steps"],
+            run["x_every"],
+            run["ticks"],
+            run.get("panels"),
+            run.get("sparse"),
         )
+        recs, error = records(
+            readings,
+            run["steps"],
+            run["preset"].startswith("bandit"),
+            run.get("fill"),
+            run.get("known"),
+        )
+        known = run.get("known", {})
+        if known:
+            worst = {}
+            for (step, metric), value in known.items():
+                diff = abs(readings[metric][step][0] - value)
+                worst[metric] = max(worst.get(metric, 0.0), round(diff, 4))
+            print(f"{name}: reading against the known values, largest difference {worst}")
         keep = ("report", "run", "preset", "command", "what")
         runs[name] = {**{k: run[k] for k in keep}, "read_error": error, "records": recs}
     lines = ["{", '  "runs": {']
