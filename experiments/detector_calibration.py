@@ -274,7 +274,7 @@ def grid() -> dict[str, list[MonitorConfig]]:
         "ema": [
             MonitorConfig(warmup_steps=w, ema_alpha=a, noise_margin=m, reward_drop=d)
             for w, a, m, d in itertools.product(
-                [1, 2, 3, 5], [0.3, 0.5, 0.7], [1.0, 1.5, 2.0, 3.0], [0.3, 0.5, 0.7, 0.9]
+                [1, 3, 5], [0.3, 0.5, 0.7], [1.0, 2.0, 3.0], [0.3, 0.6, 0.9]
             )
         ],
         "counts": [
@@ -360,6 +360,31 @@ def run_table(runs: Sequence[Run], labels: Sequence[Label], named: Sequence[dict
     return "\n".join(lines)
 
 
+def dump(result: dict) -> str:
+    """The result as JSON with one line per run and per grid row, so a change to the
+    calibration reads as a diff of the lines it moved."""
+
+    def rows(items: Sequence, pad: str) -> str:
+        return "[\n" + ",\n".join(pad + json.dumps(i) for i in items) + "\n" + pad[:-1] + "]"
+
+    named = []
+    for row in result["named"]:
+        head = {k: v for k, v in row.items() if k != "per_run"}
+        per_run = ",\n".join(
+            f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in row["per_run"].items()
+        )
+        named.append(json.dumps(head)[:-1] + ', "per_run": {\n' + per_run + "\n  }}")
+    grid = ",\n".join(f"  {json.dumps(k)}: {rows(v, '   ')}" for k, v in result["grid"].items())
+    return (
+        "{\n"
+        f' "command": {json.dumps(result["command"])},\n'
+        f' "rule": {json.dumps(result["rule"])},\n'
+        f' "runs": {rows(result["runs"], "  ")},\n'
+        ' "named": [\n  ' + ",\n  ".join(named) + "\n ],\n"
+        ' "grid": {\n' + grid + "\n }\n}\n"
+    )
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, action="append", default=[], help="a run folder too")
@@ -398,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
         "named": named,
         "grid": families,
     }
-    args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    args.out.write_text(dump(result), encoding="utf-8")
     print(table(shown(named, families)))
     print()
     print(run_table(runs, labels, named))
