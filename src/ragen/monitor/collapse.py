@@ -38,7 +38,6 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from statistics import NormalDist
 from typing import Literal, TypeGuard
 
 from ragen import metric_names as names
@@ -406,7 +405,7 @@ def _crossed(track: _Track, fall: float, need: float) -> bool:
 
 def _tail(z: float) -> float:
     """The one-sided p-value of a fall of ``z`` standard deviations."""
-    return 1.0 - NormalDist().cdf(z)
+    return 1.0 - statistics.NormalDist().cdf(z)
 
 
 def is_finite_number(value: object) -> TypeGuard[int | float]:
