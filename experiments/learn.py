@@ -16,7 +16,8 @@ variant does not overwrite the preset's result. Each evaluation's episodes and f
 (turns, reply tokens, why episodes ended) are kept in ``RUN_DIR/eval-base/`` and
 ``RUN_DIR/eval-final/``, standalone evaluation folders that ``ragen view`` opens. A run
 stopped with Ctrl-C or ``kill`` during training is recorded as it stands, without a final
-evaluation: ``learn_<...>_stopped.json``.
+evaluation: ``learn_<...>_stopped.json``. The result keeps the run's per-step record
+(``per_step``, `experiments.step_record`), which the collapse detector is calibrated on.
 
 The base evaluation is saved to ``RUN_DIR/base_eval.json`` as soon as it ends, with a
 fingerprint of everything its numbers depend on: ragen's source files, the model, env and
@@ -53,6 +54,7 @@ from pathlib import Path
 import torch
 
 import ragen
+from experiments import step_record
 from ragen import config
 from ragen.host import threads
 from ragen.report import paired
@@ -561,6 +563,8 @@ def main(argv: list[str] | None = None) -> None:
         "report": str(report),
         "machine": machine_record(),
         "date": args.stamp,
+        # what the collapse detector saw, kept for its calibration (detector_calibration)
+        "per_step": step_record.record(run.root),
     }
     prepend_base_and_final(report / "summary.md", result)
     RESULTS.mkdir(exist_ok=True)

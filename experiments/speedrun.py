@@ -24,8 +24,9 @@ given with its own standard error; the seeds' mean with the sd across seeds.
 
 Writes ``experiments/results/speedrun_NAME.json`` (recipe, commands, machine: CPU model and
 flags, threads, a bf16 reference matmul measured in the same run so minutes from another
-machine can be scaled; per seed the minutes of each stage, the dev curve, the test figures,
-the share of test episodes the most frequent action sequence took) and
+machine can be scaled; per seed the minutes of each stage, the RL stage's per-step record
+(`experiments.step_record`), the dev curve, the test figures, the share of test episodes
+the most frequent action sequence took) and
 ``docs/speedrun/NAME.png`` (dev success against minutes, the test figures at the end, the
 floors and the target). NAME defaults to PRESET. Each seed's record is written into its run
 folder as it lands; a rerun with the same ``--out`` keeps finished seeds, and a seed whose
@@ -50,7 +51,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure import cpu_flags, cpu_model, gemm_gflops
-from experiments import blind_play, lake_ceiling
+from experiments import blind_play, lake_ceiling, step_record
 from ragen import config, envs
 from ragen.envs.experts import careful_move, goal_probabilities, policy_success
 from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
@@ -209,7 +210,11 @@ def one_seed(args: argparse.Namespace, seed: int, folder: Path) -> dict:
         ]  # fmt: skip
         seconds = run(command, log)
         ends = step_minutes(rl, since)
-        stages["rl"] = {"minutes": seconds / 60, "steps": len(ends)}
+        stages["rl"] = {
+            "minutes": seconds / 60,
+            "steps": len(ends),
+            "per_step": step_record.record(rl),  # for the collapse detector's calibration
+        }
         curve += dev_points("rl", rl, ends)
         model = str(last_checkpoint(rl))
     trained = (time.perf_counter() - clock) / 60

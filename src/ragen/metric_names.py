@@ -13,6 +13,7 @@ from __future__ import annotations
 
 # rollout/… : what the step's episodes did (ragen.monitor.metrics.rollout_metrics)
 SUCCESS = "rollout/success"
+EPISODES = "rollout/episodes"
 REWARD_MEAN = "rollout/reward_mean"
 REWARD_STD = "rollout/reward_std"
 FORMAT_OK = "rollout/format_ok"

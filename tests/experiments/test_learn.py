@@ -162,6 +162,10 @@ def test_a_run_stopped_with_ctrl_c_or_kill_is_recorded_without_a_final_evaluatio
     assert result["final"] is None and result["steps"] == 1
     assert result["stopped"].startswith("interrupted during training")
     assert result["base"]["sokoban"]["episodes"] == 2
+    # the per-step record the collapse detector is calibrated on: 2 groups of 2 episodes
+    columns = result["per_step"]["columns"]
+    assert columns["step"] == [0] and columns["rollout/episodes"] == [4.0]
+    assert 0 <= columns["rollout/success"][0] <= 1 and result["per_step"]["alerts"] == []
     assert not (tmp_path / "run" / "eval-final").exists()
     assert result["report"] == str(tmp_path / "run" / "report")
     summary = (tmp_path / "run" / "report" / "summary.md").read_text()

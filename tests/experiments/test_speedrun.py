@@ -42,6 +42,8 @@ def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
     (run,) = result["runs"]
     assert run["training_seed"] == 0 and run["within_budget"]
     assert run["stages"]["sft"]["steps"] == 1 and run["stages"]["rl"]["steps"] == 1
+    per_step = run["stages"]["rl"]["per_step"]["columns"]  # for the detector's calibration
+    assert per_step["step"] == [0] and per_step["rollout/episodes"] == [8.0]
     # the curve: the warm-up's dev evaluation, then the RL stage's after its last step
     assert [(p["stage"], p["step"]) for p in run["dev_curve"]] == [("sft", 0), ("rl", 0)]
     assert run["final_model"].endswith("rl/checkpoints/step_000001")

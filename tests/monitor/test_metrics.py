@@ -117,6 +117,7 @@ def test_each_end_reason_reports_its_share_and_what_it_paid():
         _ended("terminated", -0.3, 10.8),
     ]
     logged = rollout_metrics(episodes)
+    assert logged["rollout/episodes"] == 4.0  # what the success is a share of
     assert logged["rollout/end_truncated_reply_length"] == 0.5
     assert logged["rollout/end_truncated_actions"] == 0.25
     assert logged["rollout/end_truncated_turns"] == 0.0

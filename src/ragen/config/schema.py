@@ -503,6 +503,18 @@ class MonitorConfig:
     reward_drop: float = opt(0.3, gt=0.0, le=1.0)
     """Collapse when the success rate (EMA; the reward in a run that logs no success) has
     given back this share of its rise from the warm-up level to its peak."""
+    success_test: Literal["ema", "counts"] = "ema"
+    """How a fall of the rollout success is judged: ema (its EMA against its running peak
+    and the spread of its raw values, the rule the reward always has); or counts (the
+    episodes that succeeded since a recent step against those of the steps just before it, a
+    one-sided exact test, which the sampling noise of a small batch does not fool; it needs
+    rollout/episodes, which a run that logs none replaces with the ema rule)."""
+    success_window: int = opt(2, ge=1, le=MAX_STEPS)
+    """counts: steps before the split, and the fewest after it (a fall must hold that long);
+    splits up to twice this many steps back are tried."""
+    success_z: float = opt(3.5, gt=0.0)
+    """counts: collapse when the test's p-value is under that of a fall of this many standard
+    deviations (3.5: p < 0.00023); the alarm re-arms once it is back over that of half."""
     grad_spike: float = opt(10.0, gt=1.0)
     """Collapse when one step's gradient norm exceeds this multiple of the running median."""
     grad_window: int = opt(50, ge=5, le=10_000)

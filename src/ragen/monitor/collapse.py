@@ -10,7 +10,9 @@ a running baseline and raises
   the entropy while the reward still holds; reply diversity or the MI estimate at any time;
 - a **collapse** when the success rate has given back a set share of its rise since warm-up
   (the reward, where a run logs no success), or the gradient norm jumps far above its
-  running median;
+  running median; with ``success_test: counts`` the success's fall is instead tested as
+  counts of episodes (`ragen.monitor.counts`): the steps since a recent split against the
+  steps before it;
 - RAGEN-2's two early stops, when switched on: a **collapse** when the in-group reward std
   stays under a share of its early baseline for several steps in a row, or the evaluation
   success stays under a floor for several evaluations in a row.
@@ -40,6 +42,7 @@ from typing import Literal, TypeGuard
 
 from ragen import metric_names as names
 from ragen.config import MonitorConfig
+from ragen.monitor.counts import surest_fall
 
 # A signal needs a few observations before its noise estimate means anything.
 _MIN_OBSERVATIONS = 3
@@ -134,7 +137,7 @@ class CollapseDetector:
     """Feed it each step's metrics; it returns the alerts that step raised.
 
     Metrics it reads (absent ones are simply not watched): rollout/reward_mean,
-    rollout/success, rollout/reward_std, actor/entropy, actor/grad_norm,
+    rollout/success, rollout/episodes, rollout/reward_std, actor/entropy, actor/grad_norm,
     diversity/distinct_reply, diversity/distinct_2gram_think, collapse/mi_estimate.
     """
 
@@ -149,7 +152,13 @@ class CollapseDetector:
             _Fall(names.MI, c.mi_drop, False),
         )
         self.watched = frozenset(
-            {names.REWARD_MEAN, names.SUCCESS, names.GRAD_NORM, *(f.metric for f in self.falls)}
+            {
+                names.REWARD_MEAN,
+                names.SUCCESS,
+                names.EPISODES,
+                names.GRAD_NORM,
+                *(f.metric for f in self.falls),
+            }
         )
         unknown = self.watched - names.PRODUCED
         if unknown:  # a renamed metric would silently switch its alarm off
@@ -161,6 +170,11 @@ class CollapseDetector:
         self.std_baseline: list[float] = []  # reward std of the first steps that kept a group
         self.std_low = 0  # steps in a row under the variance_collapse_ratio of that baseline
         self.eval_low = 0  # evaluations in a row under eval_floor
+        # success_test=counts: (successes, episodes) of the last steps, of the first ones
+        # (the start level), and whether the last test called a collapse not yet recovered
+        self.counts: list[tuple[int, int]] = []
+        self.start: list[tuple[int, int]] = []
+        self.counts_active = False
 
     # ------------------------------------------------------------------------ stream
 
@@ -178,9 +192,11 @@ class CollapseDetector:
             track.observe(step, values[name], self.config.ema_alpha)
             if warm:
                 track.mark()
+        counted = self._count(values)
         alerts = []
         if warm:
-            alerts += self._reward_collapse(step, values)
+            outcome = self._counts_collapse(step) if counted else None
+            alerts += self._reward_collapse(step, values) if outcome is None else outcome
             alerts += self._falls(step, values)
         alerts += self._grad_spike(step, values.get(names.GRAD_NORM), warm)
         alerts += self._variance_collapse(step, values)
@@ -209,6 +225,41 @@ class CollapseDetector:
         )
         return [Alert(step, "collapse", name, track.ema, peak, message)]
 
+    def _count(self, values: dict) -> bool:
+        """success_test=counts: record this step's (successes, episodes); False where the
+        step logs no success or no episode count (the ema rule judges it then)."""
+        episodes = values.get(names.EPISODES, 0.0)
+        if self.config.success_test != "counts" or names.SUCCESS not in values or episodes < 1:
+            return False
+        count = (round(values[names.SUCCESS] * episodes), round(episodes))
+        window = self.config.success_window
+        if len(self.start) < window:
+            self.start.append(count)
+        self.counts.append(count)
+        del self.counts[: -3 * window]  # the longest split: window before, 2 * window after
+        return True
+
+    def _counts_collapse(self, step: int) -> list[Alert]:
+        """A collapse when `surest_fall`'s p-value is under that of ``success_z`` standard
+        deviations; re-armed once it is back over that of half of them."""
+        c = self.config
+        start_rate = sum(k for k, _ in self.start) / sum(n for _, n in self.start)
+        fall = surest_fall(self.counts, c.success_window, start_rate, c.reward_drop)
+        p = 1.0 if fall is None else fall.p
+        if self.counts_active:
+            self.counts_active = p < _tail(c.success_z / 2)
+            return []
+        self.counts_active = fall is not None and p < _tail(c.success_z)
+        if fall is None or not self.counts_active:
+            return []
+        (kb, nb), (ka, na) = fall.before, fall.after
+        message = (
+            f"success {fall.after_rate:.3g} ({ka}/{na} episodes) over the last "
+            f"{fall.after_steps} steps against {fall.before_rate:.3g} ({kb}/{nb}) just before "
+            f"(one-sided exact test p {p:.2g}, under {_tail(c.success_z):.2g})"
+        )
+        return [Alert(step, "collapse", names.SUCCESS, fall.after_rate, fall.before_rate, message)]
+
     def _falls(self, step: int, values: dict) -> list[Alert]:
         alerts = []
         for f in self.falls:
@@ -236,7 +287,7 @@ class CollapseDetector:
         """The outcome has not collapsed and the task is not solved (std and entropy then
         fall for a good reason)."""
         outcome, success = self.tracks.get(self._outcome()), self.tracks.get(names.SUCCESS)
-        collapsed = outcome is not None and outcome.active
+        collapsed = self.counts_active or (outcome is not None and outcome.active)
         solved = success is not None and success.ema >= self.config.solved_success
         return not collapsed and not solved
 
@@ -319,6 +370,9 @@ class CollapseDetector:
             "std_baseline": list(self.std_baseline),
             "std_low": self.std_low,
             "eval_low": self.eval_low,
+            "counts": [list(c) for c in self.counts],
+            "start": [list(c) for c in self.start],
+            "counts_active": self.counts_active,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -331,6 +385,9 @@ class CollapseDetector:
         self.std_baseline = [float(v) for v in state.get("std_baseline", [])]
         self.std_low = int(state.get("std_low", 0))
         self.eval_low = int(state.get("eval_low", 0))
+        self.counts = [(int(k), int(n)) for k, n in state.get("counts", [])]
+        self.start = [(int(k), int(n)) for k, n in state.get("start", [])]
+        self.counts_active = bool(state.get("counts_active", False))
 
 
 def _crossed(track: _Track, fall: float, need: float) -> bool:
@@ -344,6 +401,11 @@ def _crossed(track: _Track, fall: float, need: float) -> bool:
         return False
     track.active = fall >= need and fall > 0
     return track.active
+
+
+def _tail(z: float) -> float:
+    """The one-sided p-value of a fall of ``z`` standard deviations."""
+    return 1.0 - statistics.NormalDist().cdf(z)
 
 
 def is_finite_number(value: object) -> TypeGuard[int | float]:

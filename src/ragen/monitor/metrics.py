@@ -40,6 +40,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         names.REWARD_MEAN: _mean([t.total_reward for t in trajectories]),
         names.REWARD_STD: group_reward_std(trajectories),
         names.SUCCESS: _mean([float(t.success) for t in trajectories]),
+        # what the success is a share of: the collapse detector tests it as counts
+        names.EPISODES: float(len(trajectories)),
         names.FORMAT_OK: _mean([float(turn.format_ok) for turn in turns]),
         "rollout/valid_action_rate": executed / proposed if proposed else 0.0,
         "rollout/actions_per_episode": executed / max(1, len(trajectories)),

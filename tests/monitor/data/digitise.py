@@ -7,7 +7,14 @@ fits a straight line to the faint pixels of every segment between two steps and 
 value where the fits of the two segments meeting at a step cross it (at step 0 the EMA
 equals the raw value, so the solid line is read there; where the faint line is hidden under
 the solid one, the solid one). Success counts 32 episodes a step and Bandit's
-distinct-reply share is a mean of k/4 over 8 groups, so both are snapped to k/32.
+distinct-reply share is a mean of k/4 over 8 groups, so both are snapped to k/32. A metric
+logged every k steps (the MI estimate) is read at its logged steps only.
+
+Three FrozenLake runs that learned (22% -> 39% on 256 lakes) kept their report PNGs only in
+git history: ``report`` names them as ``git:COMMIT:FOLDER`` and they are read from there
+(``git show``), not copied into the tree again. Their values are checked against what their
+summaries quote from the exact series (tests/monitor/test_collapse.py): the success EMA at
+the first collapse call, and the docs' 10-step means of the rollout success.
 
 Checked against the two runs whose metrics.jsonl are committed (bandit_ppo_lr1e-4.jsonl is
 plots/learn-bandit, bandit_starpo_s_grpo_lr3e-4.jsonl the orange run of plots/collapse-bandit):
@@ -20,7 +27,9 @@ fits' disagreement, in data units (in decades for the log-scaled gradient norm).
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +46,43 @@ PANELS = {  # plot file: (panel index, metric)
     "diversity": [(0, "diversity/distinct_reply"), (1, "diversity/distinct_2gram_think")],
 }
 LOG = {"actor/grad_norm"}
-RATIOS = {"diversity/distinct_reply", "diversity/distinct_2gram_think"}
+RATIOS = {
+    "diversity/distinct_reply",
+    "diversity/distinct_2gram_think",
+    "diversity/action_template_share",
+}
+# `make demo`'s reports: the success plot has the evaluation beside the rollouts, the
+# diversity plot the (empty) template panels beside the two diversity ones.
+PANELS_DEMO = PANELS | {
+    "diversity": [(0, "diversity/distinct_reply"), (1, "diversity/distinct_2gram_think")]
+}
+# The template probe's first reports: MI and retrieval accuracy beside the diversity panels.
+PANELS_MI = PANELS | {
+    "diversity": [
+        (0, "diversity/distinct_reply"),
+        (1, "diversity/distinct_2gram_think"),
+        (2, "collapse/mi_estimate"),
+    ]
+}
+# Reports from after the template probe: the diversity plot has five panels, and the MI
+# estimate is logged every 10 steps (steps 9, 19, ...).
+PANELS_TEMPLATE = PANELS | {
+    "diversity": [
+        (0, "diversity/distinct_reply"),
+        (1, "diversity/distinct_2gram_think"),
+        (2, "diversity/action_template_share"),
+        (3, "collapse/mi_estimate"),
+    ]
+}
+# A run too short for a second MI measurement: its MI panel holds one point, no line.
+PANELS_ACTIONS = PANELS | {
+    "diversity": [
+        (0, "diversity/distinct_reply"),
+        (1, "diversity/distinct_2gram_think"),
+        (2, "diversity/action_template_share"),
+    ]
+}
+MI_EVERY_10 = ([9, 19, 29, 39], 10, 5)  # MI steps, its panel's first x tick, tick spacing
 
 
 def ticks(*values, minor=False):
@@ -63,6 +108,80 @@ COLLAPSE_BANDIT = {
     "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4),
     "diversity/distinct_2gram_think": ticks(0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2),
 }
+
+WARM4 = "git:6382eb4^:docs/learn-frozen-lake-warm4-from-sft"
+WARM4_COMMAND = (
+    "python -m experiments.learn frozen-lake model.spec=runs/sft-frozen-lake-toward-warm4/"
+    "checkpoints/step_000004 env.options.random_ends=true env.options.spaced=true "
+    "env.options.offsets=true 'env.eval_names=[frozen-lake]' trainer.eval_every=0 "
+    "trainer.save_every=5 trainer.threads=2"
+)
+
+
+def warm4(suffix, extra, what, tick_labels):
+    """One of the three FrozenLake runs from the 4-step SFT warm-up (40 steps each)."""
+    return {
+        "report": WARM4 + suffix,
+        "run": "frozen-lake-warm4-from-sft" + suffix,
+        "preset": "frozen-lake",
+        "command": f"{WARM4_COMMAND} {extra}".strip(),
+        "what": what,
+        "color": "C0",
+        "steps": 40,
+        "x_every": 5,
+        "panels": PANELS_TEMPLATE,
+        "sparse": {"collapse/mi_estimate": ([9, 19, 29, 39], 10, 5)},
+        "ticks": tick_labels,
+    }
+
+
+def demo(key, folder, what, steps, x_every, tick_labels):
+    """One of the two `make demo` runs of docs/results/bandit.md (the bandit preset, 32
+    episodes a step, raw or whitened advantages). experiments/results/demo.json keeps their
+    exact rollout success and entropy per step: those are used over the reading (main()
+    prints how far the reading was from them)."""
+    exact = json.loads((ROOT / "experiments/results/demo.json").read_text())[key]
+    known = {(s, "rollout/success"): v for s, v in enumerate(exact["rollout_success"])}
+    known |= {(s, "actor/entropy"): v for s, v in enumerate(exact["entropy"])}
+    return {
+        "report": f"git:6382eb4^:docs/{folder}",
+        "run": exact["run_dir"].removeprefix("runs/"),
+        "preset": "bandit",
+        "command": "make demo (ragen train bandit trainer.steps=20 trainer.max_minutes=10 "
+        "trainer.eval_every=1000 trainer.eval_before=true trainer.eval_episodes=128 "
+        f"'env.eval_names=[bandit]'), {exact['preset']}",
+        "what": what,
+        "color": "C0",
+        "steps": steps,
+        "x_every": x_every,
+        "panels": PANELS_DEMO,
+        "known": known,
+        "ticks": tick_labels,
+    }
+
+
+def learned(name, what, x_every, panels, tick_labels, mi=None, **extra):
+    """A `python -m experiments.learn` run whose report PNGs git history keeps (at the commit
+    before docs/ kept only the figures its pages show), its command and step count from
+    experiments/results/learn_NAME.json. ``extra``: ``known`` values, ``fill`` values, and
+    ``success_error``, the success's read error where a check left one (else 0)."""
+    result = json.loads((ROOT / f"experiments/results/learn_{name}.json").read_text())
+    return {
+        "report": f"git:6382eb4^:{result['report']}",
+        "run": result["run_dir"].removeprefix("runs/"),
+        "preset": result["preset"],
+        "command": result["command"],
+        "what": what,
+        "color": "C0",
+        "steps": result["steps"],
+        "x_every": x_every,
+        "panels": panels,
+        "sparse": {"collapse/mi_estimate": mi} if mi else {},
+        "ticks": tick_labels,
+        **extra,
+    }
+
+
 RUNS = {
     "bandit-starpo-grpo-lr1e-4": {
         "report": "tests/monitor/data/plots/bandit-grpo-lr1e-4",
@@ -139,6 +258,338 @@ RUNS = {
             "diversity/distinct_2gram_think": ticks(0.8, 0.78, 0.76, 0.74, 0.72, 0.7, 0.68, 0.66),
         },
     },
+    "learn-frozen-lake-warm4-from-sft": warm4(
+        "",
+        "--minutes 75 --name frozen-lake-warm4-from-sft --eval-n 256 --temperature 0.5",
+        "StarPO-S from a 4-step SFT warm-up, the preset's settings (PPO with a critic at lr "
+        "1e-5, 8 groups of 4 at T=1): 256-lake evaluation 22.27% -> 39.06% (z +4.19), rollout "
+        "success 19.7% over steps 0-9 -> 29.4% over steps 30-39, token entropy 0.70 -> 0.16; "
+        "the monitor called two collapses (steps 10 and 21) (docs/results/frozen-lake.md)",
+        {
+            "rollout/success": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "actor/entropy": ticks(1.2, 1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, minor=True),
+            "diversity/distinct_reply": ticks(0.95, 0.9, 0.85, 0.8, 0.75, 0.7),
+            "diversity/distinct_2gram_think": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15),
+            "diversity/action_template_share": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "collapse/mi_estimate": ticks(2.075, 2.05, 2.025, 2.0, 1.975, 1.95, 1.925, 1.9),
+        },
+    ),
+    "learn-frozen-lake-warm4-from-sft-critic4": warm4(
+        "-critic4",
+        "model.critic_layers=4 --minutes 45 --name frozen-lake-warm4-from-sft-critic4 "
+        "--eval-n 256 --temperature 0.5",
+        "the same with a critic of 4 layers: 256-lake evaluation 22.27% -> 39.45% (z +4.28), "
+        "rollout success 19.4% over steps 0-9 -> 26.9% over steps 30-39, token entropy "
+        "ended at 0.33 (docs/results/frozen-lake.md)",
+        {
+            "rollout/success": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "actor/entropy": ticks(1.2, 1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, minor=True),
+            "diversity/distinct_reply": ticks(0.95, 0.9, 0.85, 0.8, 0.75, 0.7),
+            "diversity/distinct_2gram_think": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2),
+            "diversity/action_template_share": ticks(0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "collapse/mi_estimate": ticks(2.05, 2.0, 1.95, 1.9, 1.85, 1.8, 1.75),
+        },
+    ),
+    "learn-frozen-lake-warm4-from-sft-trunk": warm4(
+        "-trunk",
+        "model.critic_body=policy --minutes 60 --name frozen-lake-warm4-from-sft-trunk "
+        "--eval-n 256 --temperature 0.5",
+        "the same with the critic a head on the policy's trunk: 256-lake evaluation 23.83% -> "
+        "32.03% (z +2.08), rollout success 19.1% over steps 0-9 -> 29.1% over steps 30-39, "
+        "one move sequence in 57.8% of evaluation episodes (docs/results/frozen-lake.md)",
+        {
+            "rollout/success": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+            "actor/entropy": ticks(1.2, 1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, minor=True),
+            "diversity/distinct_reply": ticks(0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6),
+            "diversity/distinct_2gram_think": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15),
+            "diversity/action_template_share": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "collapse/mi_estimate": ticks(2.05, 2.0, 1.95, 1.9, 1.85, 1.8, 1.75, 1.7),
+        },
+    )
+    | {
+        # The last point ends a steep segment and reads 19.5 of 32; the run's summary.md
+        # (beside the plots) quotes it: "59.4% at the end".
+        "known": {(39, "rollout/success"): 19 / 32},
+    },
+    "demo-raw-advantages": demo(
+        "raw_advantages",
+        "demo",
+        "the bandit preset with raw advantages: 128-seed evaluation 55.47% -> 100.00% after 13 "
+        "steps, rollout success 12.5% -> 100% from step 9 on; one warning (reward std, "
+        "step 5), no collapse (docs/results/bandit.md)",
+        13,
+        2,
+        {
+            "rollout/success": ticks(1.0, 0.8, 0.6, 0.4, 0.2),
+            "rollout/reward_mean": ticks(0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "rollout/reward_std": ticks(0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "actor/entropy": ticks(1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, minor=True),
+            "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6),
+            "diversity/distinct_2gram_think": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+        },
+    ),
+    "demo-whitened-advantages": demo(
+        "whitened_advantages",
+        "demo-whitened",
+        "the bandit preset with whitened advantages: rollout success 94% at steps 4-5, then "
+        "41%, 75%, 44% as the replies lost their format; 128-seed evaluation 55.47% -> 27.34% "
+        "after step 8 (-4.8 SE), format-ok 35%; warned at step 5, collapse called at step 8 "
+        "(docs/results/bandit.md)",
+        9,
+        1,
+        {
+            "rollout/success": ticks(0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.14, 0.12, 0.1, 0.08, 0.06, 0.04, 0.02),
+            "actor/entropy": ticks(1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(5.0, 4.0, 3.0, 2.0, 1.0, minor=True),
+            "diversity/distinct_reply": ticks(1.0, 0.9, 0.8, 0.7, 0.6),
+            "diversity/distinct_2gram_think": ticks(0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25),
+        },
+    ),
+    "frozen-lake-ends": learned(
+        "frozen-lake-ends",
+        "StarPO-S from the base model on RAGEN's lakes (random ends, spaced), T=0.7: 256-lake "
+        "evaluation 24.61% -> 23.44% (z -0.31); rollout success 18-24% in 10-step blocks; "
+        "7 of 8 groups without reward spread from step 10, entropy 0.19 -> 0.07; the monitor "
+        "warned on the narrowing (step 13) and called two collapses (steps 9 and 19) "
+        "(docs/results/frozen-lake.md)",
+        5,
+        PANELS_MI,
+        {
+            "rollout/success": ticks(0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "rollout/reward_mean": ticks(0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_std": ticks(0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "actor/entropy": ticks(0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, minor=True),
+            "diversity/distinct_reply": ticks(0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45),
+            "diversity/distinct_2gram_think": ticks(0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "collapse/mi_estimate": ticks(0.04, 0.02, 0.0, -0.02, -0.04, -0.06, -0.08),
+        },
+        MI_EVERY_10,
+    ),
+    "frozen-lake-ends-from-sft": learned(
+        "frozen-lake-ends-from-sft",
+        "StarPO-S on RAGEN's lakes from an SFT checkpoint, T=1: 256-lake evaluation 25.78% "
+        "-> 26.17% (z +0.10) (docs/results/frozen-lake.md)",
+        5,
+        PANELS_MI,
+        {
+            "rollout/success": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_std": ticks(0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "actor/entropy": ticks(0.205, 0.2, 0.195, 0.19, 0.185, 0.18, 0.175, 0.17, 0.165),
+            "actor/grad_norm": ticks(0.6, 0.5, 0.4, 0.3, minor=True),
+            "diversity/distinct_reply": ticks(1.04, 1.02, 1.0, 0.98, 0.96),
+            "diversity/distinct_2gram_think": ticks(0.3, 0.28, 0.26, 0.24, 0.22, 0.2, 0.18),
+            "collapse/mi_estimate": ticks(0.06, 0.04, 0.02, 0.0, -0.02, -0.04, -0.06),
+        },
+        ([9, 19, 29], 10, 2.5),
+        # Every reply in every group distinct: the EMA lies flat on 1.0 and hides the raw
+        # line, which the alerts' vertical lines cut at these steps.
+        fill={(s, "diversity/distinct_reply"): 1.0 for s in (9, 11, 19, 20, 29)},
+    ),
+    "frozen-lake-offsets-from-base": learned(
+        "frozen-lake-offsets-from-base-2",
+        "StarPO-S from the base model, the goal's offsets written out, T=0.7: 256-lake "
+        "evaluation 11.72% -> 24.22% (z +3.73) by one fixed move sequence (95.3% of "
+        "episodes), the Echo Trap: template share of the rollouts 75-94% from step 11, "
+        "entropy 0.02-0.05 (docs/results/frozen-lake.md)",
+        2,
+        PANELS_ACTIONS,
+        {
+            "rollout/success": ticks(0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "rollout/reward_mean": ticks(0.4, 0.3, 0.2, 0.1, 0.0, -0.1),
+            "rollout/reward_std": ticks(0.3, 0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "actor/entropy": ticks(0.2, 0.175, 0.15, 0.125, 0.1, 0.075, 0.05, 0.025),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, minor=True),
+            "diversity/distinct_reply": ticks(0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+            "diversity/distinct_2gram_think": ticks(
+                0.325, 0.3, 0.275, 0.25, 0.225, 0.2, 0.175, 0.15, 0.125
+            ),
+            "diversity/action_template_share": ticks(0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2),
+        },
+    ),
+    "frozen-lake-offsets-from-sft": learned(
+        "frozen-lake-offsets-from-sft",
+        "StarPO-S from an SFT checkpoint, the goal's offsets written out: 256-lake evaluation "
+        "24.61% -> 26.95% (z +0.61), first moves still a template (docs/results/frozen-lake.md)",
+        5,
+        PANELS_MI,
+        {
+            "rollout/success": ticks(0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "rollout/reward_mean": ticks(0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "rollout/reward_std": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+            "actor/entropy": ticks(0.135, 0.13, 0.125, 0.12, 0.115),
+            "actor/grad_norm": ticks(0.5, 0.4, 0.3, minor=True),
+            "diversity/distinct_reply": ticks(1.0, 0.995, 0.99, 0.985, 0.98, 0.975, 0.97, 0.965),
+            "diversity/distinct_2gram_think": ticks(0.25, 0.24, 0.23, 0.22, 0.21, 0.2, 0.19, 0.18),
+            "collapse/mi_estimate": ticks(2.075, 2.05, 2.025, 2.0, 1.975, 1.95, 1.925, 1.9),
+        },
+        MI_EVERY_10,
+    ),
+    "frozen-lake-toward-from-sft-t15": learned(
+        "frozen-lake-toward-from-sft-t15-2",
+        "StarPO-S from the toward SFT checkpoint, rollouts at T=1.5: 256-lake evaluation "
+        "36.72% -> 36.72% (z 0.00), 240 of 256 episodes play as before "
+        "(docs/results/frozen-lake.md)",
+        5,
+        PANELS_TEMPLATE,
+        {
+            "rollout/success": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_mean": ticks(0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+            "rollout/reward_std": ticks(0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "actor/entropy": ticks(1.2, 1.0, 0.8, 0.6, 0.4, 0.2),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, minor=True),
+            "diversity/distinct_reply": ticks(0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4),
+            "diversity/distinct_2gram_think": ticks(0.3, 0.28, 0.26, 0.24, 0.22, 0.2, 0.18, 0.16),
+            "diversity/action_template_share": ticks(0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1),
+            "collapse/mi_estimate": ticks(2.1, 2.0, 1.9, 1.8, 1.7, 1.6, 1.5),
+        },
+        ([9, 19, 29, 39], 10, 10),
+        # The spike at steps 2-3 reads 6.5 and 18.5 of 32; of the four roundings only 6 and
+        # 19 replay to summary.md's first collapse (step 7, start and peak 0.4313).
+        known={(2, "rollout/success"): 6 / 32, (3, "rollout/success"): 19 / 32},
+    ),
+    "sokoban-spaced-from-base": learned(
+        "sokoban-spaced-from-base-2",
+        "StarPO-S from the base model on spaced rooms, T=0.7, idle turns and cut replies "
+        "priced: 256-room evaluation 7.81% -> 27.34% (z +6.01) by a template that ignores "
+        "the room (96.5% of episodes play one sequence); entropy ~0.14 -> 0.03-0.09 by step "
+        "20 (docs/results/sokoban.md)",
+        10,
+        PANELS_MI,
+        {
+            "rollout/success": ticks(0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_mean": ticks(6, 4, 2, 0),
+            "rollout/reward_std": ticks(3.0, 2.5, 2.0, 1.5, 1.0, 0.5, 0.0),
+            "actor/entropy": ticks(0.16, 0.14, 0.12, 0.1, 0.08, 0.06, 0.04, 0.02),
+            "actor/grad_norm": ticks(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, minor=True),
+            "diversity/distinct_reply": ticks(0.7, 0.6, 0.5, 0.4, 0.3),
+            "diversity/distinct_2gram_think": ticks(0.12, 0.11, 0.1, 0.09, 0.08, 0.07, 0.06),
+            "collapse/mi_estimate": ticks(
+                0.0, -0.005, -0.01, -0.015, -0.02, -0.025, -0.03, -0.035, -0.04
+            ),
+        },
+        MI_EVERY_10,
+        # The last point ends a steep segment (reads 4.3 of 32); summary.md: "15.6% at the end".
+        known={(44, "rollout/success"): 5 / 32},
+    ),
+    "sokoban-spaced-from-sft": learned(
+        "sokoban-spaced-from-sft-long",
+        "StarPO-S from a spaced SFT checkpoint, T=0.7, priced: 256-room evaluation 16.02% -> "
+        "25.39% after 43 steps (z +2.64); the monitor called three collapses (steps 16, 26, "
+        "39) on drops from single-step peaks while the evaluation rose "
+        "(docs/results/sokoban.md)",
+        10,
+        PANELS_MI,
+        {
+            "rollout/success": ticks(0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_mean": ticks(5, 4, 3, 2, 1, 0, -1),
+            "rollout/reward_std": ticks(5, 4, 3, 2, 1, 0),
+            "actor/entropy": ticks(0.11, 0.1, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.03),
+            "actor/grad_norm": ticks(0.6, 0.5, 0.4, 0.3, 0.2, minor=True),
+            "diversity/distinct_reply": ticks(0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6),
+            "diversity/distinct_2gram_think": ticks(0.16, 0.14, 0.12, 0.1, 0.08),
+            "collapse/mi_estimate": ticks(0.04, 0.03, 0.02, 0.01, 0.0),
+        },
+        MI_EVERY_10,
+    ),
+    "sokoban-spaced-from-sft-critic4": learned(
+        "sokoban-spaced-from-sft-critic4",
+        "the same from a new SFT checkpoint with a critic of 4 layers: 256-room evaluation "
+        "14.45% -> 10.16% (z -1.48); rollout success 14.4%, 15.6%, 21.6%, 18.5% over steps "
+        "0-9, 10-19, 20-29, 30-42; warned at step 9, collapse called at step 10 "
+        "(docs/results/sokoban.md)",
+        10,
+        PANELS_TEMPLATE,
+        {
+            "rollout/success": ticks(0.4, 0.35, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05, 0.0),
+            "rollout/reward_mean": ticks(3, 2, 1, 0, -1),
+            "rollout/reward_std": ticks(2.0, 1.5, 1.0, 0.5, 0.0),
+            "actor/entropy": ticks(0.1, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04),
+            "actor/grad_norm": ticks(0.8, 0.7, 0.6, 0.5, 0.4, 0.3, minor=True),
+            "diversity/distinct_reply": ticks(0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6),
+            "diversity/distinct_2gram_think": ticks(0.14, 0.13, 0.12, 0.11, 0.1, 0.09, 0.08),
+            "diversity/action_template_share": ticks(0.5, 0.4, 0.3, 0.2, 0.1),
+            "collapse/mi_estimate": ticks(-0.01, -0.02, -0.03, -0.04, -0.05, -0.06, -0.07, -0.08),
+        },
+        MI_EVERY_10,
+        # summary.md: "6.2% at the end" (the steep last segment reads 1.1 of 32). The 10-step
+        # sums of docs/results/sokoban.md (46, 50, 69, 77 of 32) differ from the reading's
+        # by one episode in three blocks: some steps are one episode off.
+        known={(42, "rollout/success"): 2 / 32},
+        success_error=1 / 32,
+        fill={(21, "diversity/distinct_2gram_think"): None},  # under two alert lines
+    ),
+    "sokoban-spaced-from-sft-whole": learned(
+        "sokoban-spaced-from-sft-whole",
+        "the same checkpoint with the whole critic: 256-room evaluation 14.84% -> 15.62% (z "
+        "+0.25); rollout success 15.0%, 21.2%, 21.9%, 21.4% over steps 0-9, 10-19, 20-29, "
+        "30-42; five collapses called (steps 11-42) (docs/results/sokoban.md)",
+        10,
+        PANELS_TEMPLATE,
+        {
+            "rollout/success": ticks(0.4, 0.3, 0.2, 0.1, 0.0),
+            "rollout/reward_mean": ticks(4, 3, 2, 1, 0, -1),
+            "rollout/reward_std": ticks(3.5, 3.0, 2.5, 2.0, 1.5, 1.0, 0.5, 0.0),
+            "actor/entropy": ticks(0.105, 0.1, 0.095, 0.09, 0.085, 0.08, 0.075),
+            "actor/grad_norm": ticks(0.6, 0.5, 0.4, 0.3, minor=True),
+            "diversity/distinct_reply": ticks(0.95, 0.9, 0.85, 0.8, 0.75),
+            "diversity/distinct_2gram_think": ticks(0.13, 0.12, 0.11, 0.1, 0.09, 0.08, 0.07),
+            "diversity/action_template_share": ticks(0.25, 0.2, 0.15, 0.1, 0.05),
+            "collapse/mi_estimate": ticks(0.03, 0.02, 0.01, 0.0, -0.01),
+        },
+        MI_EVERY_10,
+        # The 13-step sum over steps 30-42 of docs/results/sokoban.md (21.4%: 89 of 32) is
+        # one episode under the reading's: a step there is one episode off.
+        success_error=1 / 32,
+        fill={(9, "collapse/mi_estimate"): None},  # the first point, under the legend's line
+    ),
+    "sokoban-spaced-starpo": learned(
+        "sokoban-spaced-starpo",
+        "StarPO (the sokoban-starpo preset) from a spaced SFT checkpoint: 256-room evaluation "
+        "13.28% -> 13.67% (z +0.13); rollout success 0.19, 0.09, 0.09, 0.03, 0.09; no alert "
+        "(docs/results/sokoban.md)",
+        0.5,
+        PANELS,
+        {
+            "rollout/success": ticks(0.18, 0.16, 0.14, 0.12, 0.1, 0.08, 0.06, 0.04),
+            "rollout/reward_mean": ticks(1.5, 1.25, 1.0, 0.75, 0.5, 0.25, 0.0, -0.25),
+            "rollout/reward_std": ticks(1.4, 1.3, 1.2, 1.1, 1.0, 0.9, 0.8, 0.7),
+            "actor/entropy": ticks(0.074, 0.072, 0.07, 0.068, 0.066, 0.064, 0.062, 0.06),
+            "actor/grad_norm": ticks(0.7, 0.6, 0.5, minor=True),
+            "diversity/distinct_reply": ticks(0.72, 0.7, 0.68, 0.66, 0.64, 0.62),
+            "diversity/distinct_2gram_think": ticks(0.15, 0.14, 0.13, 0.12, 0.11),
+        },
+    ),
+    "sokoban-spaced-starpo-s": learned(
+        "sokoban-spaced-starpo-s",
+        "StarPO-S from the same checkpoint: 256-room evaluation 13.28% -> 16.02% (z +0.88); "
+        "rollout success 0.19, 0.09, 0.12, 0.03, 0.03, 0.09, 0.12, 0.28; no alert "
+        "(docs/results/sokoban.md)",
+        1,
+        PANELS,
+        {
+            "rollout/success": ticks(0.25, 0.2, 0.15, 0.1, 0.05),
+            "rollout/reward_mean": ticks(2.5, 2.0, 1.5, 1.0, 0.5, 0.0, -0.5),
+            "rollout/reward_std": ticks(2.0, 1.8, 1.6, 1.4, 1.2, 1.0, 0.8, 0.6),
+            "actor/entropy": ticks(0.075, 0.07, 0.065, 0.06, 0.055, 0.05),
+            "actor/grad_norm": ticks(0.6, 0.5, 0.4, 0.3, minor=True),
+            "diversity/distinct_reply": ticks(0.8, 0.78, 0.76, 0.74, 0.72, 0.7, 0.68, 0.66, 0.64),
+            "diversity/distinct_2gram_think": ticks(0.15, 0.14, 0.13, 0.12, 0.11, 0.1, 0.09),
+        },
+    ),
 }
 CHECKS = {  # runs with an exact recording, to measure the reading error against
     "bandit_ppo_lr1e-4.jsonl": (
@@ -171,6 +622,18 @@ def _runs(indices) -> list[tuple[int, int]]:
             out[-1][1] = i
         else:
             out.append([i, i])
+    return [(a, b) for a, b in out]
+
+
+def _bridged(runs: list[tuple[int, int]], gap: int = 2) -> list[tuple[int, int]]:
+    """Runs of pixels joined across gaps of up to ``gap`` pixels: a grid line crossing a steep
+    segment of the faint line cuts its column in two."""
+    out: list[list[int]] = []
+    for a, b in runs:
+        if out and a - out[-1][1] - 1 <= gap:
+            out[-1][1] = b
+        else:
+            out.append([a, b])
     return [(a, b) for a, b in out]
 
 
@@ -244,7 +707,7 @@ def _read_panel(im, box, color, xpix):
     for i in range(len(xpix) - 1):
         xs, ys = [], []
         for x in range(int(np.ceil(xpix[i] + 3)), int(np.floor(xpix[i + 1] - 3)) + 1):
-            runs = _runs(np.nonzero(faint[y0 + 2 : y1 - 1, x])[0] + y0 + 2)
+            runs = _bridged(_runs(np.nonzero(faint[y0 + 2 : y1 - 1, x])[0] + y0 + 2))
             if len(runs) == 1:
                 rows = np.arange(runs[0][0], runs[0][1] + 1)
                 xs.append(x)
@@ -275,49 +738,79 @@ def _read_panel(im, box, color, xpix):
     return out
 
 
-def read_run(report, color, steps, x_every, tick_labels):
-    """{metric: [(value, read error, how read) per step]} of one run's curves."""
+def image(report, plot):
+    """One report PNG as an RGB float array: from the tree, or ``git:COMMIT:FOLDER`` from
+    git history."""
+    if report.startswith("git:"):
+        _, commit, folder = report.split(":", 2)
+        data = subprocess.run(
+            ["git", "show", f"{commit}:{folder}/{plot}.png"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout
+        source = Image.open(io.BytesIO(data))
+    else:
+        source = Image.open(ROOT / report / f"{plot}.png")
+    return np.asarray(source.convert("RGB")).astype(float)
+
+
+def read_run(report, color, steps, x_every, tick_labels, panels=None, sparse=None):
+    """{metric: {step: (value, read error, how read)}} of one run's curves. ``sparse``:
+    {metric: (logged steps, its panel's first x tick, the x ticks' spacing)} for a metric
+    logged every k steps, whose panel has an x axis of its own."""
     out = {}
-    for plot, panels in PANELS.items():
-        im = np.asarray(Image.open(ROOT / report / f"{plot}.png").convert("RGB")).astype(float)
+    for plot, plot_panels in (panels or PANELS).items():
+        im = image(report, plot)
         boxes, dark = _axes(im)
-        for index, metric in panels:
+        for index, metric in plot_panels:
             labels, minor = tick_labels[metric]
             left, under = _tick_pixels(dark, boxes[index], minor)
             assert len(left) == len(labels), (report, metric, left, labels)
             scale = np.log10(labels) if metric in LOG else np.array(labels, float)
             per_px, at0 = np.polyfit(left, scale, 1)  # data (or decades) per pixel
-            x_per_step, x_at0 = np.polyfit([x_every * i for i in range(len(under))], under, 1)
-            xpix = [x_per_step * s + x_at0 for s in range(steps)]
-            rows = []
-            for y, spread, how in _read_panel(im, boxes[index], COLORS[color], xpix):
+            logged, first, every = (sparse or {}).get(metric, (range(steps), 0, x_every))
+            tick_steps = [first + every * i for i in range(len(under))]
+            x_per_step, x_at0 = np.polyfit(tick_steps, under, 1)
+            xpix = [x_per_step * s + x_at0 for s in logged]
+            rows = {}
+            for step, (y, spread, how) in zip(
+                logged, _read_panel(im, boxes[index], COLORS[color], xpix), strict=True
+            ):
                 if y is None:
-                    rows.append((None, None, how))
+                    rows[step] = (None, None, how)
                     continue
                 value = per_px * y + at0
                 value = 10**value if metric in LOG else value
-                rows.append((float(value), max(3.0, spread) * abs(per_px), how))
+                rows[step] = (float(value), max(3.0, spread) * abs(per_px), how)
             out[metric] = rows
     return out
 
 
-def records(readings, steps, snap_ratio, fill=None):
-    """metrics.jsonl-like records, and the read error of each metric."""
+def records(readings, steps, snap_ratio, fill=None, known=None, success_error=0.0):
+    """metrics.jsonl-like records, and the read error of each metric. ``fill``: values for
+    points not found; ``known``: values known from elsewhere, used over the reading."""
     recs, error = [], {}
     for step in range(steps):
         record = {"step": step}
         for metric, rows in readings.items():
+            if step not in rows:  # a sparse metric, not logged at this step
+                continue
             value, err, _ = rows[step]
-            if value is None:
-                value, err = (fill or {})[(step, metric)], 0.0
-            if metric == "rollout/success" or (snap_ratio and metric == "diversity/distinct_reply"):
+            if value is None or (step, metric) in (known or {}):
+                value, err = ({**(fill or {}), **(known or {})})[(step, metric)], 0.0
+            if value is None:  # not readable: the record leaves the metric out
+                continue
+            if metric == "rollout/success":
+                value, err = round(value * 32) / 32, success_error
+            elif snap_ratio and metric == "diversity/distinct_reply":
                 value, err = round(value * 32) / 32, 0.0
             elif metric in LOG:
                 value = float(f"{value:.4g}")
             else:
                 value = (
                     round(value, 4)
-                    if metric == "rollout/reward_mean"
+                    if metric in ("rollout/reward_mean", "collapse/mi_estimate")
                     else max(round(value, 4), 0.0)
                 )
                 value = min(value, 1.0) if metric in RATIOS else value
@@ -341,10 +834,30 @@ def main() -> None:
         print(f"{report} against {name}: largest difference per metric {worst}")
     runs = {}
     for name, run in RUNS.items():
-        readings = read_run(run["report"], run["color"], run["steps"], run["x_every"], run["ticks"])
-        recs, error = records(
-            readings, run["steps"], run["preset"].startswith("bandit"), run.get("fill")
+        readings = read_run(
+            run["report"],
+            run["color"],
+            run["steps"],
+            run["x_every"],
+            run["ticks"],
+            run.get("panels"),
+            run.get("sparse"),
         )
+        recs, error = records(
+            readings,
+            run["steps"],
+            run["preset"].startswith("bandit"),
+            run.get("fill"),
+            run.get("known"),
+            run.get("success_error", 0.0),
+        )
+        known = run.get("known", {})
+        if known:
+            worst = {}
+            for (step, metric), value in known.items():
+                diff = abs(readings[metric][step][0] - value)
+                worst[metric] = max(worst.get(metric, 0.0), round(diff, 4))
+            print(f"{name}: reading against the known values, largest difference {worst}")
         keep = ("report", "run", "preset", "command", "what")
         runs[name] = {**{k: run[k] for k in keep}, "read_error": error, "records": recs}
     lines = ["{", '  "runs": {']
