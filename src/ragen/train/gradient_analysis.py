@@ -9,12 +9,12 @@ over its sampled tokens), so a small bucket's norm is on the scale of a large on
 term's gradient is accumulated the way the update accumulates the loss's (micro-batches of
 ``trainer.micro_batch_size``, the rows' shared opening once per bucket, each rank's share
 summed over ranks), its norm taken over the model the term trains (the policy for task,
-entropy and kl, the critic for value), and then dropped.
+entropy and kl, the critic for value), and then dropped; only that model's passes run.
 
 Nothing of the step changes: no optimiser runs, the gradients are cleared, and the global
 random state is restored, so the update that follows is the one a step without the analysis
-takes. It costs a forward and a backward of the batch per term, twice (the buckets, then
-``all``).
+takes. It costs, per term, a forward and a backward of the batch through the model the term
+trains, twice (the buckets, then ``all``).
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ import torch
 from ragen import metric_names as names
 from ragen.algos.buckets import ALL, bucket_name, row_buckets
 from ragen.train import distributed
+from ragen.train.scoring import critic_values, reads_policy_pass
 from ragen.train.update import (
     Openings,
     UpdateData,
     UpdateSettings,
     by_length,
+    critic_loss,
     micro_batches,
     micro_terms,
     normaliser,
@@ -129,16 +131,27 @@ def _term_norm(
     policy, critic, data: UpdateData, s: UpdateSettings, norm: float, term: str, autocast
 ) -> float:
     """The norm of the gradient of loss term ``term`` of the rows ``data`` (aggregated with
-    ``norm``), summed over ranks, over the parameters of the model the term trains."""
+    ``norm``), summed over ranks, over the parameters of the model the term trains. Only that
+    model's passes run: the critic's alone for ``value`` (unless it reads the policy's pass),
+    the policy's alone for the others."""
     _clear(policy, critic)
+    own_critic = term == "value" and not reads_policy_pass(policy, critic)
+    run_policy = None if own_critic else policy
+    run_critic = critic if term == "value" else None
     micros = micro_batches(len(data.input_ids), s)
     mine = any(counts for _, counts in micros)
-    openings = Openings.of(policy, critic, data, mine, s, autocast)
+    openings = Openings.of(run_policy, run_critic, data, mine, s, autocast)
     for micro, counts in micros:
+        part = data.rows(micro)
         with autocast:
-            terms, _ = micro_terms(policy, critic, data.rows(micro), s, norm, openings)
+            if own_critic:
+                values = critic_values(critic, part.input_ids, part.attention_mask, openings.critic)
+                assert part.old_values is not None  # scored, or estimated, with a critic
+                loss = critic_loss(values, part.old_values, part, s, norm)[0]
+            else:
+                loss = micro_terms(run_policy, run_critic, part, s, norm, openings)[0][term]
         # a pass that does not count (sharded models) only runs the collectives
-        (terms[term] if counts else terms[term] * 0.0).backward()
+        (loss if counts else loss * 0.0).backward()
     openings.backward()
     if not s.sharded:  # FSDP2 summed them during the backward
         distributed.sum_gradients(_parameters(policy, critic))

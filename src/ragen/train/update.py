@@ -246,7 +246,7 @@ def micro_terms(
         if values is None:
             values = critic_values(critic, data.input_ids, data.attention_mask, openings.critic)
         assert data.old_values is not None  # the trainer scores old values when it has a critic
-        terms["value"], critic_stats = _critic_loss(values, data.old_values, data, s, norm)
+        terms["value"], critic_stats = critic_loss(values, data.old_values, data, s, norm)
         out.update(critic_stats)
     return terms, out
 
@@ -260,7 +260,7 @@ def total(terms: dict[str, torch.Tensor]) -> torch.Tensor:
     return loss
 
 
-def _critic_loss(values, old_values, data: UpdateData, s: UpdateSettings, norm: float):
+def critic_loss(values, old_values, data: UpdateData, s: UpdateSettings, norm: float):
     """(clipped value loss, its ``critic/…`` stats) of a micro-batch's values (B, T)."""
     mask = data.loss_mask
     assert data.returns is not None
@@ -305,7 +305,7 @@ def _critic_first(
                 values=v.detach(),
                 coefs=coefs,
             )
-        loss, stats = _critic_loss(v, v.detach(), replace(part, returns=returns), s, norm)
+        loss, stats = critic_loss(v, v.detach(), replace(part, returns=returns), s, norm)
         finite = finite and bool(torch.isfinite(loss))
         with phases.timed(phases.UPDATE_BACKWARD):
             loss.backward()

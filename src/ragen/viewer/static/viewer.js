@@ -291,7 +291,7 @@
   const TERMS = ["task", "entropy", "kl", "value"];
 
   function bucketChart(g) {
-    const title = `gradient norm by reward-variance bucket, step ${g.step}`;
+    const title = `grad norm by reward-std bucket, step ${g.step}`;
     const [W, H] = [320, 110];
     const pad = { l: 44, r: 10, t: 10, b: 22 };
     const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
