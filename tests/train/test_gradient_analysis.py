@@ -104,8 +104,9 @@ def _direct_norms(trainer: Trainer, data: UpdateData) -> dict[str, float]:
 
 
 def test_bucket_norms_equal_a_separate_backward_on_the_same_rows():
-    # 3 groups in 2 buckets: 3 // 2 = 1 group in bucket_1, the other 2 in bucket_2
-    trainer = _trainer("rollout.groups=3", "trainer.mini_batch_size=6")
+    # 3 groups in 2 buckets: 3 // 2 = 1 group in bucket_1, the other 2 in bucket_2; one turn
+    # each, the cheapest rows
+    trainer = _trainer("rollout.groups=3", "rollout.max_turns=1", "trainer.mini_batch_size=6")
     kept, _ = trainer.filter(trainer.collect(0))
     assert len(kept) == 6
     data = trainer.prepare(kept, estimate=True)  # the update would estimate them itself
