@@ -45,6 +45,30 @@ RETRIEVAL_ACC = "collapse/retrieval_acc"
 SFT_LOSS = "sft/loss"
 SFT_GRAD_NORM = "sft/grad_norm"
 
+# grad_norm/… : RAGEN-2's gradient reporter (ragen.train.gradient_analysis), on the steps
+# trainer.gradient_analysis_every picks: grad_norm/<bucket>/<quantity>, the bucket one of
+# bucket_1 … bucket_K (lowest reward variance first) or all, the quantity a loss term's
+# gradient norm or one of BUCKET_FACTS.
+GRAD_NORM_TERMS = ("task", "entropy", "kl", "value")
+"""The loss terms whose gradient norms the reporter logs, each where the loss has it."""
+BUCKET_FACTS = ("rows", "tokens", "reward_std_min", "reward_std_max")
+"""What the reporter logs of each bucket besides the norms: its episodes, their sampled
+tokens, and the range of its groups' reward std."""
+
+
+def bucket_metric(bucket: str, quantity: str) -> str:
+    """``grad_norm/<bucket>/<quantity>``: a metric of the gradient reporter."""
+    return f"grad_norm/{bucket}/{quantity}"
+
+
+def parse_bucket_metric(key: str) -> tuple[str, str] | None:
+    """(bucket, quantity) of a `bucket_metric` name; None for any other name."""
+    parts = key.split("/")
+    if len(parts) == 3 and parts[0] == "grad_norm" and parts[1] and parts[2]:
+        return parts[1], parts[2]
+    return None
+
+
 PRODUCED: frozenset[str] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
 )

@@ -60,6 +60,18 @@ def timed(name: str) -> Iterator[None]:
         _spent[name] += time.perf_counter() - started
 
 
+@contextmanager
+def untimed() -> Iterator[None]:
+    """Within it, phases add nothing: the work of something that is no phase of the step
+    (the gradient reporter's passes) leaves the step's totals as they were."""
+    saved = dict(_spent)
+    try:
+        yield
+    finally:
+        _spent.clear()
+        _spent.update(saved)
+
+
 def totals() -> dict[str, float]:
     """The seconds spent in each phase since the last drain, leaving them to be drained."""
     return {name: _spent.get(name, 0.0) for name in NAMES}

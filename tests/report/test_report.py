@@ -183,6 +183,7 @@ def test_report_on_a_real_tiny_run(tmp_path):
             "trainer.eval_every=2",
             "trainer.eval_episodes=2",
             "trainer.eval_before=true",
+            "trainer.gradient_analysis_every=2",
         ],
     )
     run = create_run_dir(tmp_path / "tiny-run", cfg)
@@ -190,6 +191,9 @@ def test_report_on_a_real_tiny_run(tmp_path):
     written = write_report([run.root], tmp_path / "out")
     names = {p.name for p in written.files}
     assert {"success.png", "reward.png", "entropy.png", "grad_norm.png", "length.png"} <= names
+    assert "grad_buckets.png" in names
+    [curve, *_] = plot_data([load_run(run.root)])["grad_buckets"]["entropy term"]
+    assert curve.key == "grad_norm/all/entropy" and curve.steps == [0, 2]
     data = load_run(run.root)
     # eval.jsonl: each env before training (step -1), after step 1 and after the last, 2
     evaluated = [(e["step"], e["env"]) for e in data.evals]
@@ -355,3 +359,29 @@ def test_endings_plot_the_share_and_the_return_of_each_way_episodes_ended(tmp_pa
     fig = draw(plot, panels, [data])
     legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert legend == ["cut · truncated_reply_length", "cut · truncated_actions"]
+
+
+def test_bucket_norms_plot_one_line_per_bucket_and_term(tmp_path):
+    # the gradient reporter every 5 steps: two buckets and all, a loss without KL or critic
+    records = [
+        {"step": s, **{f"grad_norm/{b}/{t}": (k + 1) * (s + 1) * scale
+                       for k, b in enumerate(("all", "bucket_1", "bucket_2"))
+                       for t, scale in (("task", 1.0), ("entropy", 1e-3))}}
+        for s in (0, 5, 10)
+    ]  # fmt: skip
+    records += [{"step": s, "rollout/success": 0.0} for s in (1, 2, 3)]
+    data = load_run(_run(tmp_path, "probe", records).root)
+    panels = plot_data([data])["grad_buckets"]
+    assert list(panels) == ["task (policy loss)", "entropy term"]  # no KL, no value loss
+    curves = panels["entropy term"]
+    assert [c.key for c in curves] == [f"grad_norm/{b}/entropy" for b in ("all", "bucket_1",
+                                                                           "bucket_2")]  # fmt: skip
+    assert curves[2].steps == [0, 5, 10]
+    assert curves[2].raw == curves[2].smooth == pytest.approx([3e-3, 18e-3, 33e-3])
+    plot = next(p for p in PLOTS if p.name == "grad_buckets")
+    fig = draw(plot, panels, [data])
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["probe · all", "probe · bucket_1", "probe · bucket_2"]
+    colours = {line.get_gid(): line.get_color() for line in fig.axes[0].get_lines()}
+    assert len({colours[f"probe|grad_norm/{b}/task|smooth"] for b in ("all", "bucket_1")}) == 2
+    assert fig.axes[0].get_yscale() == "log"

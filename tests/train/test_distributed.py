@@ -54,6 +54,7 @@ RUN = [
     "trainer.eval_episodes=3",  # shared unevenly: 1 seed and 2 seeds
     "env.eval_names=[sokoban]",
     "monitor.template_every=2",  # rank 0 measures template collapse on every group
+    "trainer.gradient_analysis_every=2",  # the gradient reporter sums the ranks' shares too
     "trainer.save_every=2",
     "logging.progress=false",
     "logging.tensorboard=false",

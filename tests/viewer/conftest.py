@@ -31,6 +31,7 @@ TINY = [
     "trainer.micro_batch_size=2",
     "trainer.eval_every=0",
     "trainer.save_every=0",
+    "trainer.gradient_analysis_every=2",  # steps 0 and 2: the page shows step 2's
     f"trainer.steps={STEPS}",
     "logging.progress=false",
     "logging.tensorboard=false",

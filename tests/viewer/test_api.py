@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from ragen.run.jsonl import read_jsonl
+from ragen.run.jsonl import append_jsonl, read_jsonl, to_json_line
 from ragen.run.metrics_logger import MetricsLogger
 from ragen.run.rundir import RunDir
 from ragen.viewer.app import CSP, create_app
+from ragen.viewer.store import MAX_BUCKETS, RunStore
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,40 @@ def test_run_overview_lists_every_step_with_its_metrics(client, viewer_run):
             assert row[key] == pytest.approx(record[key])
     assert body["alerts"] == [] and body["notices"] == []
     assert "unclosed_think" in body["problems"]
+
+
+def test_the_overview_carries_the_last_gradient_analysis(client, viewer_run):
+    body = client.get("/api/run").json()
+    analysed = [r for r in read_jsonl(RunDir(viewer_run).metrics).records if r["step"] == 2]
+    [record] = analysed
+    # one group kept (filter_ratio 0.25): one bucket, and all; grpo has no critic or KL
+    assert body["gradients"]["step"] == 2
+    buckets = dict(body["gradients"]["buckets"])
+    assert list(buckets) == ["bucket_1", "all"]
+    for bucket, numbers in buckets.items():
+        assert set(numbers) == {"task", "entropy", "rows", "tokens", "reward_std_min",
+                                "reward_std_max"}  # fmt: skip
+        for quantity, value in numbers.items():
+            assert value == pytest.approx(record[f"grad_norm/{bucket}/{quantity}"])
+    assert buckets["all"]["rows"] == 2 and buckets["all"]["entropy"] > 0
+
+
+def test_gradient_buckets_are_sent_in_order_and_bounded(tmp_path):
+    run = RunDir(tmp_path / "hand")
+    record = {"step": 4, "grad_norm/all/task": 1.0, "grad_norm/bad": 2.0}
+    record |= {f"grad_norm/bucket_{k}/task": float(k) for k in (10, 2, 1)}
+    append_jsonl(run.metrics, [record, {"step": 5, "rollout/success": 0.5}])
+    gradients = RunStore(run.root).overview()["gradients"]
+    assert gradients == {
+        "step": 4,
+        "buckets": [[f"bucket_{k}", {"task": float(k)}] for k in (1, 2, 10)]
+        + [["all", {"task": 1.0}]],
+    }
+    many = {f"grad_norm/b{k}/task": 1.0 for k in range(MAX_BUCKETS + 5)}
+    run.metrics.write_text(to_json_line({"step": 0, **many}) + "\n", encoding="utf-8")
+    assert len(RunStore(run.root).overview()["gradients"]["buckets"]) == MAX_BUCKETS
+    run.metrics.write_text(to_json_line({"step": 0}) + "\n", encoding="utf-8")
+    assert RunStore(run.root).overview()["gradients"] is None
 
 
 def test_step_page_lists_the_files_episodes_in_order(client, viewer_run):

@@ -125,7 +125,14 @@ def test_step_list_loads_for_a_tiny_model_run(server, watched, viewer_run):
     assert rows.count() == STEPS
     assert page.locator("#run-name").text_content() == viewer_run.name
     assert "env sokoban" in page.locator("#run-config").text_content()
-    assert page.locator("svg.chart polyline").count() == 3
+    assert page.locator("svg.chart polyline:not([class*='term-'])").count() == 3
+    # the gradient reporter's step 2: grpo's task gradient is 0 on the tiny model (every
+    # episode scores the same), so the entropy term alone is drawn, at bucket_1 and all
+    card = page.locator("#gradient-buckets")
+    assert "step 2" in card.locator("figcaption").text_content()
+    assert card.locator(".legend span").all_text_contents() == ["entropy"]
+    assert card.locator("circle.dot").count() == 2
+    assert "bucket_1 · entropy" in card.locator("circle.dot title").first.text_content()
     assert not watched.errors
 
 
@@ -265,7 +272,8 @@ def test_exported_file_works_offline_and_runs_no_payload(planted_run, tmp_path, 
     page.wait_for_function("() => document.querySelectorAll('.card').length === 8")
     page.goto(out.as_uri() + "#/")
     page.locator("#steps-table tbody tr").first.wait_for()
-    assert page.locator("svg.chart polyline").count() == 3
+    assert page.locator("svg.chart polyline:not([class*='term-'])").count() == 3
+    assert page.locator("#gradient-buckets circle.dot").count() == 2
     time.sleep(0.3)
     assert not watched.pwned()
     assert not watched.errors

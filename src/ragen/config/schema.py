@@ -451,6 +451,17 @@ class TrainerConfig:
     """Checkpoint every this many steps; 0 only at the end."""
     keep_checkpoints: int = opt(2, ge=1, le=1000)
     """How many of the newest checkpoints to keep on disk."""
+    gradient_analysis_every: int = opt(0, ge=0, le=MAX_STEPS)
+    """RAGEN-2's gradient reporter every this many steps (from step 0); 0 never. Before the
+    update, the kept groups are ranked by their in-group reward std and cut into
+    gradient_analysis_buckets buckets, and on each bucket's rows alone (and on all of them)
+    the gradient norm of each loss term (task, entropy, kl, value) is measured, without an
+    optimiser step: grad_norm/<bucket>/<term> in metrics.jsonl. The step is the same with it
+    on or off; it costs about one backward of the batch per term, twice."""
+    gradient_analysis_buckets: int = opt(6, ge=1, le=MAX_EPISODES_PER_STEP)
+    """Reward-variance buckets of the gradient reporter (RAGEN-2's 6): groups ranked by reward
+    std, lowest first, G // buckets to a bucket and the remainder to the last (bucket_1 …
+    bucket_K); with fewer groups than buckets one group each."""
 
 
 @dataclass

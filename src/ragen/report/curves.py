@@ -65,6 +65,19 @@ PLOTS = (
     ),
     Plot("grad_norm", "Gradient norm", (Panel("gradient norm", (names.GRAD_NORM,), log_y=True),)),
     Plot(
+        "grad_buckets",
+        "Gradient norm of each loss term, by reward-variance bucket",
+        tuple(
+            Panel(title, (names.bucket_metric("*", term),), smooth=False, log_y=True)
+            for term, title in (
+                ("task", "task (policy loss)"),
+                ("entropy", "entropy term"),
+                ("kl", "KL term"),
+                ("value", "value loss"),
+            )
+        ),
+    ),
+    Plot(
         "length",
         "Reply and think length",
         (

@@ -35,19 +35,20 @@ def draw(plot: Plot, panels: dict[str, list[Series]], runs: Sequence[RunData]) -
 
 
 def _draw_panel(ax, panel: Panel, curves: list[Series], runs, colors: dict[str, str]) -> None:
-    """One colour per run; several keys of one run (eval envs) differ by line style."""
+    """One colour per run; several keys of one run (eval envs, buckets) differ by line
+    style, and by colour too when the panel shows one run."""
     keys = list(dict.fromkeys(c.key for c in curves))
+    one_run = len({c.run for c in curves}) == 1
     for c in curves:
         label = f"{c.run} · {_short(c.key)}" if len(keys) > 1 else c.run
         style = _STYLES[keys.index(c.key) % len(_STYLES)]
+        color = f"C{keys.index(c.key) % 10}" if one_run and len(keys) > 1 else colors[c.run]
         if panel.smooth:
-            ax.plot(
-                c.steps, c.raw, color=colors[c.run], alpha=0.25, lw=0.8, gid=f"{c.run}|{c.key}|raw"
-            )
+            ax.plot(c.steps, c.raw, color=color, alpha=0.25, lw=0.8, gid=f"{c.run}|{c.key}|raw")
         ax.plot(
             c.steps,
             c.smooth,
-            color=colors[c.run],
+            color=color,
             ls=style,
             lw=1.6,
             marker=None if panel.smooth else "o",  # sparse eval points stay visible
@@ -65,10 +66,10 @@ def _draw_panel(ax, panel: Panel, curves: list[Series], runs, colors: dict[str, 
 
 
 def _short(key: str) -> str:
-    """eval/sokoban/success -> sokoban, rollout/return_end_terminated -> terminated; other
-    keys stay whole."""
+    """eval/sokoban/success -> sokoban, grad_norm/bucket_1/task -> bucket_1,
+    rollout/return_end_terminated -> terminated; other keys stay whole."""
     parts = key.split("/")
-    if parts[0] == "eval" and len(parts) == 3:
+    if parts[0] in ("eval", "grad_norm") and len(parts) == 3:
         return parts[1]
     for prefix in ("rollout/return_end_", "rollout/end_"):
         if key.startswith(prefix):

@@ -41,7 +41,7 @@ from ragen.monitor.metrics import diversity_metrics, rollout_metrics
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.samples import TurnSamples
 from ragen.rollout.trajectory import Batch, Trajectory, collate
-from ragen.train import distributed, fsdp, setup
+from ragen.train import distributed, fsdp, gradient_analysis, setup
 from ragen.train.distributed import say
 from ragen.train.preflight import import_estimator
 from ragen.train.schedule import set_learning_rates
@@ -177,10 +177,12 @@ class Trainer:
             state.empty_steps = 0
             data, weight_metrics = self.weigh(self.prepare(kept), kept)
             metrics.update(weight_metrics)
+            metrics.update(self.analyse_gradients(data, kept, step))
             metrics.update(self.update(data, step, state.rollbacks))
             skipped = metrics["actor/optimizer_steps"] == 0 and metrics["actor/skipped_steps"] > 0
             state.note_skipped(step, skipped, "trainer.actor_lr")
-            metrics["time/update_s"] = time.perf_counter() - started
+            analysis_s = metrics.get("time/gradient_analysis_s", 0.0)
+            metrics["time/update_s"] = time.perf_counter() - started - analysis_s
             metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
                 metrics["time/update_s"], 1e-9
             )
@@ -278,9 +280,10 @@ class Trainer:
             state.stopped_at = step
         return {"actor/optimizer_steps": 0.0, "time/update_s": 0.0}
 
-    def prepare(self, kept: list[Trajectory]) -> UpdateData:
+    def prepare(self, kept: list[Trajectory], estimate: bool = False) -> UpdateData:
         """Collate, score (old log-probs in the update's dtype, reference, values), and
         compute advantages: of the whole batch, on every rank (batch statistics are global).
+        ``estimate``: the advantages even where the update would estimate them itself.
 
         With a context window other than full the update's rows are the turn samples
         (rollout/samples.py): they are scored, and their values placed back on the
@@ -295,7 +298,7 @@ class Trainer:
         loss_mask = batch.loss_mask.to(self.device)
         rewards = batch.rewards.to(self.device)
         on_policy = self.on_policy(len(kept))
-        critic_first = self.critic_first(len(kept))
+        critic_first = self.critic_first(len(kept)) and not estimate
         with phases.timed(phases.SCORE):
             scored = self.score(ids, mask, loss_mask, policy=not on_policy, critic=not critic_first)
         if critic_first:  # the update trains the critic first and estimates from its values
@@ -419,22 +422,57 @@ class Trainer:
             for key, value in scored.items()
         }
 
-    def update(self, data: UpdateData, step: int, rollbacks: int = 0) -> dict[str, float]:
-        """The PPO update of ``data`` at ``step``, at the learning rates of the schedule
-        after ``rollbacks`` rollbacks; returns its metrics."""
-        t = self.config.trainer
-        settings = UpdateSettings(
+    def settings(self) -> UpdateSettings:
+        """What the update reads besides its batch."""
+        return UpdateSettings(
             algo=self.config.algo,
-            trainer=t,
+            trainer=self.config.trainer,
             temperature=self.config.rollout.temperature,
             autocast_dtype=self.update_dtype,
             sharded=fsdp.is_sharded(self.m.policy),
         )
-        scale = set_learning_rates(self.m.optimizers, self.config, step, rollbacks)
-        with deterministic_attention(self.device, t.deterministic):
-            metrics = ppo_update(
-                self.m.policy, self.m.critic, self.m.optimizers, data, settings, seed=t.seed + step
+
+    def analyse_gradients(
+        self, data: UpdateData, kept: list[Trajectory], step: int
+    ) -> dict[str, float]:
+        """RAGEN-2's gradient reporter (gradient_analysis.py) on the steps
+        trainer.gradient_analysis_every picks: per reward-variance bucket of the kept groups,
+        each loss term's gradient norm, leaving the step as it would be without it."""
+        t = self.config.trainer
+        if not gradient_analysis.due(t.gradient_analysis_every, step):
+            return {}
+        started = time.perf_counter()
+        with (
+            gradient_analysis.untouched_random_state(self.device),
+            deterministic_attention(self.device, t.deterministic),
+            phases.untimed(),  # its own time, apart: time/gradient_analysis_s
+        ):
+            if data.advantages is None:  # the update estimates them: the reporter needs them now
+                data = self.prepare(kept, estimate=True)
+            returns = torch.tensor([episode.total_reward for episode in kept])
+            groups = torch.tensor([episode.group for episode in kept])
+            if data.episodes is not None:  # rows are turn samples: each takes its episode's
+                returns, groups = returns[data.episodes.cpu()], groups[data.episodes.cpu()]
+            metrics = gradient_analysis.bucket_norms(
+                self.m.policy,
+                self.m.critic,
+                data,
+                returns,
+                groups,
+                self.settings(),
+                t.gradient_analysis_buckets,
             )
+        metrics["time/gradient_analysis_s"] = time.perf_counter() - started
+        return metrics
+
+    def update(self, data: UpdateData, step: int, rollbacks: int = 0) -> dict[str, float]:
+        """The PPO update of ``data`` at ``step``, at the learning rates of the schedule
+        after ``rollbacks`` rollbacks; returns its metrics."""
+        t = self.config.trainer
+        scale = set_learning_rates(self.m.optimizers, self.config, step, rollbacks)
+        m, settings, seed = self.m, self.settings(), t.seed + step
+        with deterministic_attention(self.device, t.deterministic):
+            metrics = ppo_update(m.policy, m.critic, m.optimizers, data, settings, seed=seed)
         metrics["actor/lr"] = t.actor_lr * scale
         # The update's activations were freed into glibc's heap, which keeps them: return
         # them, or every later rollout and evaluation sizes its decode batches to a machine

@@ -145,7 +145,7 @@ def by_length(rows: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     return rows[torch.argsort(lengths, descending=True, stable=True)]
 
 
-def _normaliser(mask: torch.Tensor, mode: str) -> float:
+def normaliser(mask: torch.Tensor, mode: str) -> float:
     """The mini-batch's divisor for ``aggregate``: its token count, or its row count."""
     if mode == "token_mean":
         return float(mask.sum())
@@ -176,7 +176,7 @@ _ADDITIVE = ("actor/pg_loss", names.ENTROPY, "actor/kl", "critic/value_loss")
 
 
 @dataclass
-class _Openings:
+class Openings:
     """The mini-batch's shared openings of the policy's and the critic's decoders (None: each
     micro-batch runs its own shared prefix)."""
 
@@ -186,7 +186,7 @@ class _Openings:
     @classmethod
     def of(
         cls, policy, critic, mini_data: UpdateData, mine: bool, s: UpdateSettings, autocast
-    ) -> _Openings:
+    ) -> Openings:
         """Run the openings of the mini-batch once for all its micro-batches (``SharedOpening``),
         if this rank holds some of its rows (``mine``). Of all its rows, not the rank's: every
         row is then computed the same way however the rows are shared among processes. Not
@@ -211,11 +211,14 @@ class _Openings:
                     opening.backward()
 
 
-def _micro_loss(
-    policy, critic, data: UpdateData, s: UpdateSettings, norm: float, openings: _Openings
-):
-    """(actor loss, critic loss or None, stats) of one micro-batch; the ``_ADDITIVE`` stats
-    are its shares of the mini-batch values."""
+def micro_terms(
+    policy, critic, data: UpdateData, s: UpdateSettings, norm: float, openings: Openings
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """(the terms of the loss, stats) of one micro-batch: ``task`` the policy loss,
+    ``entropy`` minus entropy_coef times the entropy bonus, ``kl`` kl_coef times the KL penalty
+    (when it is on), ``value`` the critic's loss (with a critic), each a scalar aggregated
+    with ``norm``; `total` adds them up. The ``_ADDITIVE`` stats are its shares of the
+    mini-batch values."""
     mask = data.loss_mask
     assert data.advantages is not None  # estimated before the policy's micro-batches run
     logp, entropy, values = policy_logprobs_and_values(
@@ -246,26 +249,34 @@ def _micro_loss(
         stats.update(gap)
     pg = aggregate(pg_tok, mask, s.algo.aggregation(), norm)
     ent = aggregate(entropy, mask, s.algo.aggregation(), norm)
-    actor = pg - s.algo.entropy_coef * ent
+    terms = {"task": pg, "entropy": -(s.algo.entropy_coef * ent)}
     out = {f"actor/{k}": float(v) for k, v in stats.items()}
     out.update({"actor/pg_loss": float(pg.detach()), names.ENTROPY: float(ent.detach())})
     if data.ref_logprobs is not None and s.algo.kl_coef > 0:
         kl = aggregate(
             kl_penalty(logp, data.ref_logprobs, s.algo.kl_type), mask, s.algo.aggregation(), norm
         )
-        actor = actor + s.algo.kl_coef * kl
+        terms["kl"] = s.algo.kl_coef * kl
         out["actor/kl"] = float(kl.detach())
-    critic_loss = None
     if critic is not None:
         if values is None:
             values = critic_values(critic, data.input_ids, data.attention_mask, openings.critic)
         assert data.old_values is not None  # the trainer scores old values when it has a critic
-        critic_loss, critic_stats = _critic_loss(values, data.old_values, data, s, norm)
+        terms["value"], critic_stats = critic_loss(values, data.old_values, data, s, norm)
         out.update(critic_stats)
-    return actor, critic_loss, out
+    return terms, out
 
 
-def _critic_loss(values, old_values, data: UpdateData, s: UpdateSettings, norm: float):
+def total(terms: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The loss of a micro-batch: its terms (`micro_terms`) added up, the policy's first."""
+    loss = terms["task"]
+    for name in ("entropy", "kl", "value"):
+        if name in terms:
+            loss = loss + terms[name]
+    return loss
+
+
+def critic_loss(values, old_values, data: UpdateData, s: UpdateSettings, norm: float):
     """(clipped value loss, its ``critic/…`` stats) of a micro-batch's values (B, T)."""
     mask = data.loss_mask
     assert data.returns is not None
@@ -294,7 +305,7 @@ def _critic_first(
     finite = True
     coefs = Coefficients.of(s.algo)
     mine = distributed.shard(len(mini_data.input_ids))
-    opening = _Openings.of(None, critic, mini_data, len(mine) > 0, s, autocast)
+    opening = Openings.of(None, critic, mini_data, len(mine) > 0, s, autocast)
     for micro in torch.arange(mine.start, mine.stop).split(s.trainer.micro_batch_size):
         if not len(micro):
             continue  # a rank may hold no row: split gives ([],)
@@ -310,7 +321,7 @@ def _critic_first(
                 values=v.detach(),
                 coefs=coefs,
             )
-        loss, stats = _critic_loss(v, v.detach(), replace(part, returns=returns), s, norm)
+        loss, stats = critic_loss(v, v.detach(), replace(part, returns=returns), s, norm)
         finite = finite and bool(torch.isfinite(loss))
         with phases.timed(phases.UPDATE_BACKWARD):
             loss.backward()
@@ -336,7 +347,7 @@ def _critic_first(
     return estimated, sums if finite else None
 
 
-def _micro_batches(rows: int, s: UpdateSettings) -> list[tuple[torch.Tensor, bool]]:
+def micro_batches(rows: int, s: UpdateSettings) -> list[tuple[torch.Tensor, bool]]:
     """This rank's micro-batches of a mini-batch of ``rows`` rows: (row indices, counts).
 
     With sharded models every pass is a collective (each layer's weights are gathered, its
@@ -361,23 +372,23 @@ def _backward_share(
     Returns the share's part of the ``_ADDITIVE`` stats, or None when a loss was not finite."""
     sums: dict[str, float] = defaultdict(float)
     finite = True
-    micros = _micro_batches(len(mini_data.input_ids), s)
+    micros = micro_batches(len(mini_data.input_ids), s)
     mine = any(counts for _, counts in micros)
-    openings = _Openings.of(policy, critic, mini_data, mine, s, autocast)
+    openings = Openings.of(policy, critic, mini_data, mine, s, autocast)
     for micro, counts in micros:
         part = mini_data.rows(micro)
         with phases.timed(phases.UPDATE_FORWARD), autocast:
-            actor, critic_loss, stats = _micro_loss(policy, critic, part, s, norm, openings)
-        total = actor if critic_loss is None else actor + critic_loss
+            terms, stats = micro_terms(policy, critic, part, s, norm, openings)
+        loss = total(terms)
         if not counts:
             with phases.timed(phases.UPDATE_BACKWARD):
-                (total * 0.0).backward()  # only for the collectives: adds zero to every gradient
+                (loss * 0.0).backward()  # only for the collectives: adds zero to every gradient
             continue
-        finite = finite and bool(torch.isfinite(total))
+        finite = finite and bool(torch.isfinite(loss))
         # Back-propagated even when not finite (the step is skipped anyway): with sharded
         # models the other ranks wait for this pass's gradient reduction.
         with phases.timed(phases.UPDATE_BACKWARD):
-            total.backward()
+            loss.backward()
         if finite:
             for key in _ADDITIVE:
                 if key in stats:
@@ -431,7 +442,7 @@ def ppo_update(
     )
     for mini in rows:
         mini_data = data.rows(mini)
-        norm = _normaliser(mini_data.loss_mask, s.algo.aggregation())
+        norm = normaliser(mini_data.loss_mask, s.algo.aggregation())
         if norm == 0:
             continue  # nothing sampled in this mini-batch: no gradient to take
         for opt in optimizers.values():

@@ -53,6 +53,8 @@ STEP_KEYS = (
     names.REPLY_TOKENS,
     names.KEPT_GROUPS,
 )
+MAX_BUCKETS = 64
+"""The most gradient-reporter buckets the page is sent (a run logs the configured count + 1)."""
 EVAL_KEYS = ("step", "env", "model", "episodes", "success", "pass_at_k", "reward_mean", "format_ok")
 GROUP_VIEW_DEFAULT_STEPS = 6
 GROUP_VIEW_MAX_STEPS = 24
@@ -267,6 +269,7 @@ class RunStore:
             "eval_episodes": self.has_eval_episodes(),
             "alerts": [_alert(r) for r in alerts.records],
             "evals": [_eval(r) for r in evals.records],
+            "gradients": _gradients(metrics.records),
             "problems": PROBLEMS,
             "notices": notices,
             "version": self.version(),
@@ -460,6 +463,22 @@ def _alert(record: dict) -> dict:
         "baseline": as_float(record.get("baseline")),
         "message": as_str(record.get("message")),
     }
+
+
+def _gradients(records: list[dict]) -> dict | None:
+    """The gradient reporter's numbers of the last step that logged them (see
+    `train.gradient_analysis`): ``{"step": s, "buckets": [[name, {quantity: value}], ...]}``,
+    bucket_1 … bucket_K in order, then all; None when no step did."""
+    for record in reversed(records):
+        buckets: dict[str, dict[str, float | None]] = {}
+        for key, value in record.items():
+            parsed = names.parse_bucket_metric(key)
+            if parsed and (parsed[0] in buckets or len(buckets) < MAX_BUCKETS):
+                buckets.setdefault(parsed[0], {})[parsed[1]] = as_float(value)
+        if buckets:
+            order = sorted(buckets, key=lambda b: (b == "all", len(b), b))  # bucket_2 < bucket_10
+            return {"step": as_int(record.get("step")), "buckets": [[b, buckets[b]] for b in order]}
+    return None
 
 
 def _eval(record: dict) -> dict:

@@ -286,6 +286,62 @@
     return figure;
   }
 
+  // The gradient reporter's last analysis (trainer.gradient_analysis_every): each loss term's
+  // gradient norm across the reward-variance buckets, lowest variance first, then all; log scale.
+  const TERMS = ["task", "entropy", "kl", "value"];
+
+  function bucketChart(g) {
+    const title = `grad norm by reward-std bucket, step ${g.step}`;
+    const [W, H] = [320, 110];
+    const pad = { l: 44, r: 10, t: 10, b: 22 };
+    const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
+    box.append(svg("title", { text: title }));
+    const terms = TERMS.filter((t) => g.buckets.some(([, q]) => q[t] > 0));
+    const kindOf = (term) => `term-${TERMS.indexOf(term)}`;
+    const legend = terms.map((t) => el("span", { class: `term ${kindOf(t)}`, text: t }));
+    const figure = el(
+      "figure",
+      { class: "chart-card", id: "gradient-buckets" },
+      el("figcaption", { text: title }),
+      box,
+      el("p", { class: "legend" }, legend),
+    );
+    const logs = g.buckets.flatMap(([, q]) => terms.filter((t) => q[t] > 0).map((t) => q[t]));
+    if (!logs.length) {
+      box.append(svg("text", { x: W / 2, y: H / 2, class: "empty", text: "no gradient measured" }));
+      return figure;
+    }
+    let [y0, y1] = [Math.min(...logs), Math.max(...logs)].map(Math.log10);
+    [y0, y1] = [Math.floor(y0), Math.ceil(y1)];
+    if (y0 === y1) y1 = y0 + 1;
+    const x = (i) => pad.l + ((i + 0.5) / g.buckets.length) * (W - pad.l - pad.r);
+    const y = (v) => H - pad.b - ((Math.log10(v) - y0) / (y1 - y0)) * (H - pad.t - pad.b);
+    box.append(
+      svg("line", { x1: pad.l, x2: W - pad.r, y1: H - pad.b, y2: H - pad.b, class: "axis" }),
+      svg("text", { x: pad.l - 4, y: y(10 ** y1) + 4, class: "tick end", text: `1e${y1}` }),
+      svg("text", { x: pad.l - 4, y: y(10 ** y0) + 4, class: "tick end", text: `1e${y0}` }),
+    );
+    g.buckets.forEach(([name], i) => {
+      const label = name.replace(/^bucket_/, "");
+      box.append(svg("text", { x: x(i), y: H - 6, class: "tick middle", text: label }));
+    });
+    for (const term of terms) {
+      const kind = kindOf(term);
+      const points = g.buckets.map(([name, q], i) => ({ name, q, i })).filter((p) => p.q[term] > 0);
+      const path = points.map((p) => `${x(p.i).toFixed(1)},${y(p.q[term]).toFixed(1)}`).join(" ");
+      box.append(svg("polyline", { points: path, class: `series ${kind}` }));
+      for (const { name, q, i } of points) {
+        const dot = svg("circle", { cx: x(i), cy: y(q[term]), r: 2.5, class: `dot ${kind}` });
+        const rows = `${fmt(q.rows, 0)} episodes`;
+        const spread = `reward std ${fmt(q.reward_std_min, 2)} to ${fmt(q.reward_std_max, 2)}`;
+        const value = q[term].toExponential(2);
+        dot.append(svg("title", { text: `${name} · ${term}: ${value} (${rows}, ${spread})` }));
+        box.append(dot);
+      }
+    }
+    return figure;
+  }
+
   // Early warnings in amber, confirmed collapses (and unknown kinds) in red.
   function alertClass(a) {
     return a.kind === "warning" ? "warning" : "alert";
@@ -360,6 +416,7 @@
         chart("success rate", "rollout/success", run, [0, 1]),
         chart("reward (mean per episode)", "rollout/reward_mean", run),
         chart("reward std within groups", "rollout/reward_std", run),
+        run.gradients ? bucketChart(run.gradients) : null,
       ),
     );
     if (run.alerts.length) {
