@@ -15,12 +15,10 @@ runs inside ``fsdp.full_weights``.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ragen import phases
 from ragen.algos import (
@@ -42,6 +40,7 @@ from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.samples import TurnSamples
 from ragen.rollout.trajectory import Batch, Trajectory, collate
 from ragen.train import distributed, fsdp, gradient_analysis, setup
+from ragen.train.cuda import deterministic_attention, gpu_memory_metrics
 from ragen.train.distributed import say
 from ragen.train.preflight import import_estimator
 from ragen.train.schedule import set_learning_rates
@@ -54,30 +53,6 @@ def step_env_seeds(seed: int, step: int, groups: int) -> list[int]:
     """The initial-state seeds of a training step: fresh each step, below the eval seeds."""
     rng = np.random.default_rng([seed, step])
     return [int(s) for s in rng.integers(0, EVAL_SEED_BASE, size=groups)]
-
-
-def deterministic_attention(device: torch.device, on: bool):
-    """A context for the update: on CUDA with ``on``, attention on SDPA's math kernels.
-
-    cuDNN's fused attention adds in a varying order in its backward, and torch's warn-only
-    deterministic mode warns and runs it: a resumed run's weights can come out a few bits
-    off the uninterrupted run's (docs/gpu.md). The math kernels are plain matrix products
-    and a softmax.
-    Forwards alone (rollouts, scoring) add in a fixed order and keep the fused kernels.
-    """
-    if device.type != "cuda" or not on:
-        return nullcontext()
-    return sdpa_kernel([SDPBackend.MATH])
-
-
-def gpu_memory_metrics(device: torch.device) -> dict[str, float]:
-    """``perf/gpu_peak_gib``: the most GPU memory torch held at once since the last call
-    (so, per step), on a CUDA device; nothing on a CPU."""
-    if device.type != "cuda":
-        return {}
-    peak = torch.cuda.max_memory_allocated(device) / 2**30
-    torch.cuda.reset_peak_memory_stats(device)
-    return {"perf/gpu_peak_gib": peak}
 
 
 def batch_advantages(
