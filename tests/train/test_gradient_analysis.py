@@ -69,7 +69,7 @@ def _direct_norms(trainer: Trainer, data: UpdateData) -> dict[str, float]:
     """The gradient norm of each loss term of the rows ``data``, from one plain forward of
     them all: the token mean over their sampled tokens, as algo.loss_agg=token_mean has it."""
     c, policy, critic = trainer.config, trainer.m.policy, trainer.m.critic
-    assert c.algo.loss_agg == "token_mean" and c.rollout.temperature == 1.0
+    assert c.algo.aggregation() == "token_mean" and c.rollout.temperature == 1.0
     ids, mask = data.input_ids, data.attention_mask
     on = data.loss_mask[:, 1:] > 0  # (B, T-1): token t+1 sampled, read from position t
     hidden = policy.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
