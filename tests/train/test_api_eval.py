@@ -87,6 +87,13 @@ def test_a_server_that_keeps_failing_ends_it_in_one_line_with_no_folder(
     assert 2 <= len(s.requests) <= 4  # two attempts of each episode under way, none after
 
 
+def test_it_runs_in_one_process(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun would start it
+    assert _eval("http://127.0.0.1:1/v1", tmp_path / "never") == 2
+    assert "start it without torchrun" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

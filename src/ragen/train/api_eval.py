@@ -66,11 +66,17 @@ def checked_client(args: argparse.Namespace, config: Config) -> ChatClient:
     from ragen.rollout.api_loop import check_api_spec
     from ragen.rollout.chat_api import ChatClient
     from ragen.rollout.loop import RolloutSpec
+    from ragen.train import distributed
 
     if args.api is None or args.base_url is None:
         raise ValueError("--api MODEL and --base-url URL go together: give both")
     if args.model is not None or args.backend is not None:
         raise ValueError("--api evaluates a model behind a server: drop --model and --backend")
+    if distributed.launched_world_size() > 1:
+        raise ValueError(
+            "ragen eval --api runs in one process (--concurrency plays episodes at once): "
+            "start it without torchrun"
+        )
     check_api_spec(RolloutSpec.from_config(config.rollout))
     url = urlsplit(args.base_url)
     if url.scheme not in ("http", "https") or not url.hostname:
