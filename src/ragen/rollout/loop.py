@@ -6,6 +6,10 @@ has left) are executed; the observation and rewards go back as the next user mes
 An episode ends on a terminal env state, on its action or turn budget, when its context
 could not hold another reply, or when a reply runs out of tokens without closing. Every
 episode records why it ended (one of ``trajectory.END_REASONS``).
+
+What does not depend on token ids (making the episodes, opening the dialogue, playing one
+reply: `make_episodes`, `open_dialogue`, `play_reply`) is shared with the episodes played
+over an API (`ragen.rollout.api_loop`), so both play by the same rules.
 """
 
 from __future__ import annotations
