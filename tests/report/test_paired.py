@@ -54,3 +54,11 @@ def test_several_evaluations_a_side_are_averaged_level_by_level():
     assert paired.paired_summaries(start, [_summary([1, 0])]) is None  # other levels
     assert paired.paired_summaries(start, [{"seeds": 3, "k": 1}]) is None
     assert paired.level_rates([]) is None
+
+
+def test_agreement_counts_the_levels_with_the_same_outcome():
+    assert paired.agreement(_summary([1, 0, 1, 0]), _summary([1, 1, 0, 0])) == (2, 4)
+    assert paired.agreement(_summary([2, 0, 1], k=2), _summary([2, 1, 1], k=2)) == (2, 3)
+    assert paired.agreement(_summary([1, 0]), _summary([1, 0, 0])) is None  # other levels
+    assert paired.agreement(_summary([1, 0]), _summary([1, 0], k=2)) is None  # other tries
+    assert paired.agreement({"seeds": 2, "k": 1}, _summary([1, 0])) is None

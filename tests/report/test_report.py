@@ -385,3 +385,37 @@ def test_bucket_norms_plot_one_line_per_bucket_and_term(tmp_path):
     colours = {line.get_gid(): line.get_color() for line in fig.axes[0].get_lines()}
     assert len({colours[f"probe|grad_norm/{b}/task|smooth"] for b in ("all", "bucket_1")}) == 2
     assert fig.axes[0].get_yscale() == "log"
+
+
+def test_evaluation_folders_are_read_and_their_levels_set_side_by_side(tmp_path, capsys):
+    # Two `ragen eval` folders of the same four levels: a local model and one over an API.
+    def folder(name, successes, **more):
+        run = RunDir(tmp_path / name)
+        summary = {"env": "sokoban", "success": sum(successes) / 4, "episodes": 4, "seeds": 4}
+        append_jsonl(run.evals, [{**summary, "k": 1, "seed_successes": successes, **more}])
+        return run.root
+
+    local = folder("local", [1, 0, 1, 0], model="smollm2-135m")
+    api = {"base_url": "http://127.0.0.1:8080/v1", "prefill": False}
+    remote = folder("remote", [1, 1, 0, 0], model="smollm2", api=api)
+    runs = [load_run(local), load_run(remote)]
+    assert [r.evaluation for r in runs] == [True, True]
+    # levels 1 and 4 agree; the API run gained level 2 and lost level 3: per-level changes
+    # 0, +1, -1, 0 have mean 0, so 0.0 SE
+    assert story(runs) == [
+        "local: sokoban: success 50.0% of 4 episodes by smollm2-135m.",
+        "remote: sokoban: success 50.0% of 4 episodes by smollm2 over the API at "
+        "http://127.0.0.1:8080/v1 (no reply prefix).",
+        "remote against local on sokoban: they agree on the success of 2 of 4 levels; "
+        "1 gained, 1 lost (+0.0 SE level by level).",
+    ]
+    [row] = summarize_run(runs[1])
+    assert (row.success_of, row.before, row.final) == ("sokoban", None, 0.5)
+    args = argparse.Namespace(
+        run_dirs=[str(local), str(remote)], out=str(tmp_path / "r"), smoothing=0.1, replay=None
+    )
+    assert command.run(args) == 0
+    markdown = (tmp_path / "r" / "summary.md").read_text()
+    assert "| remote | sokoban | — | — | 0.500 |" in markdown
+    assert "- local: an evaluation folder (no training, no alerts)" in markdown
+    assert "agree on the success of 2 of 4 levels" in capsys.readouterr().out

@@ -97,3 +97,13 @@ def paired_summaries(before: Sequence[dict], after: Sequence[dict]) -> PairedCha
     if first is None or second is None or len(first) != len(second):
         return None
     return paired_change(first, second)
+
+
+def agreement(first: dict, second: dict) -> tuple[int, int] | None:
+    """(levels on which two evaluations of the same levels agree, levels): a level agrees
+    when as many of its tries succeeded in both (with one try: both solved it, or neither
+    did). None where either lacks its levels' successes or they differ in levels or tries."""
+    a, b = seed_successes(first), seed_successes(second)
+    if a is None or b is None or len(a[0]) != len(b[0]) or a[1] != b[1]:
+        return None
+    return sum(x == y for x, y in zip(a[0], b[0], strict=True)), len(a[0])

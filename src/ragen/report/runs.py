@@ -30,7 +30,10 @@ class RunData:
     skipped_lines: int = 0
     """Torn or junk lines of metrics.jsonl that were skipped."""
     evals: list[dict] = field(default_factory=list)
-    """eval.jsonl objects with an int step, an env and a success, in file order."""
+    """eval.jsonl objects with an int step, an env and a success, in file order; of an
+    evaluation folder, its summaries (no step)."""
+    evaluation: bool = False
+    """The folder of a standalone evaluation (`ragen eval --out`): no training, no metrics."""
 
     @property
     def steps(self) -> int:
@@ -44,6 +47,8 @@ def load_run(root: str | Path, replay_with: Sequence[str] | None = None) -> RunD
     ``replay_with`` (``key=value`` detector settings over the run's own, possibly none)
     replays every run, alerts.jsonl or not: to read old runs with other thresholds."""
     run = RunDir(Path(root))
+    if not run.metrics.exists() and run.evals.is_file():
+        return _load_evaluation(run)
     check_metrics(run)
     read = read_jsonl(run.metrics)
     records = sorted(
@@ -65,6 +70,20 @@ def load_run(root: str | Path, replay_with: Sequence[str] | None = None) -> RunD
         records = [first, *records]
     name = run.root.resolve().name
     return RunData(name, run.root, records, alerts, source, len(read.skipped), evals)
+
+
+def _load_evaluation(run: RunDir) -> RunData:
+    """An evaluation folder as a run without steps: its summaries (an env name and a success
+    in [0, 1]), in file order."""
+    evals = [
+        r
+        for r in read_jsonl(run.evals).records
+        if isinstance(r.get("env"), str)
+        and is_finite_number(r.get("success"))
+        and 0.0 <= r["success"] <= 1.0
+    ]
+    name = run.root.resolve().name
+    return RunData(name, run.root, [], [], "none", evals=evals, evaluation=True)
 
 
 def read_evals(run: RunDir) -> list[dict]:

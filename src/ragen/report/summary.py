@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ragen import metric_names as names
 from ragen.report.curves import logged_keys, series
-from ragen.report.paired import paired_summaries
+from ragen.report.paired import agreement, paired_summaries
 from ragen.report.runs import RunData
 from ragen.run.rundir import BEFORE_TRAINING
 
@@ -41,7 +41,13 @@ class RunSummary:
 
 def summarize_run(run: RunData) -> list[RunSummary]:
     """One row per evaluated env (before training, peak, final); with no evaluation, one
-    row on the train rollouts' success instead."""
+    row on the train rollouts' success instead; of an evaluation folder, one row per
+    summary, its success as the final one."""
+    if run.evaluation:
+        return [
+            RunSummary(run.name, e["env"], None, None, None, e["success"], None, None)
+            for e in run.evals
+        ]
     keys = fnmatch.filter(logged_keys(run.records), "eval/*/success")
     sources = [(k, k.split("/")[1]) for k in keys] or [(names.SUCCESS, "train rollouts")]
     collapse = next((a.step for a in run.alerts if a.kind == "collapse"), None)
@@ -97,6 +103,9 @@ def summary_markdown(runs: Sequence[RunData]) -> str:
         "",
     ]
     for run in runs:
+        if run.evaluation:
+            lines.append(f"- {run.name}: an evaluation folder (no training, no alerts)")
+            continue
         torn = f"; {run.skipped_lines} torn line(s) skipped" if run.skipped_lines else ""
         lines.append(
             f"- {run.name}: {run.steps} steps, {len(run.alerts)} alert(s) "
@@ -188,13 +197,54 @@ def _alert_story(run: RunData) -> str:
 
 def story(runs: Sequence[RunData]) -> list[str]:
     """What happened in each run, in words: success before and after training with its
-    standard error, and what the collapse monitor saw."""
+    standard error, and what the collapse monitor saw; of evaluation folders, their success
+    and, against the first one, on how many levels they agree."""
     lines = []
     for run in runs:
+        if run.evaluation:
+            head = f"{run.name}: " if len(runs) > 1 else ""
+            lines.append(head + " ".join(_evaluation_story(e) for e in run.evals))
+            continue
         head = f"{run.name} ({run.steps} steps): " if len(runs) > 1 else ""
         told = _eval_story(run) or [_row_story(row) for row in summarize_run(run)]
         lines.append(head + " ".join([*filter(None, told), _alert_story(run)]))
+    evaluations = [run for run in runs if run.evaluation]
+    for other in evaluations[1:]:
+        lines += _agreement_story(evaluations[0], other)
     return lines
+
+
+def _evaluation_story(summary: dict) -> str:
+    """One evaluation's success, of what, by which model (over an API: where, unprefixed)."""
+    played = f" of {summary['episodes']} episodes" if _counted(summary) else ""
+    model = summary.get("model")
+    by = f" by {model}" if isinstance(model, str) else ""
+    api = summary.get("api")
+    if isinstance(api, dict) and isinstance(api.get("base_url"), str):
+        by += f" over the API at {api['base_url']} (no reply prefix)"
+    return f"{summary['env']}: success {summary['success']:.1%}{played}{by}."
+
+
+def _agreement_story(first: RunData, other: RunData) -> list[str]:
+    """A sentence per env both evaluated on the same levels: how many levels they agree on."""
+    out = []
+    for mine in other.evals:
+        theirs = next((e for e in reversed(first.evals) if e["env"] == mine["env"]), None)
+        agreed = agreement(theirs, mine) if theirs is not None else None
+        if theirs is None or agreed is None:
+            continue
+        same, levels = agreed
+        paired = paired_summaries([theirs], [mine])
+        change = (
+            f"; {paired.gained} gained, {paired.lost} lost ({paired.z:+.1f} SE level by level)"
+            if paired is not None
+            else ""
+        )
+        out.append(
+            f"{other.name} against {first.name} on {mine['env']}: they agree on the success "
+            f"of {same} of {levels} levels{change}."
+        )
+    return out
 
 
 def _row_story(row: RunSummary) -> str:

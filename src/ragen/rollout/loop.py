@@ -8,6 +8,10 @@ the whole dialogue (``context_window=full``) or in a context built afresh for th
 An episode ends on a terminal env state, on its action or turn budget, when its context
 could not hold another reply, or when a reply runs out of tokens without closing. Every
 episode records why it ended (one of ``trajectory.END_REASONS``).
+
+What does not depend on token ids (making the episodes, opening the dialogue, playing one
+reply: `make_episodes`, `open_dialogue`, `play_reply`) is shared with the episodes played
+over an API (`ragen.rollout.api_loop`), so both play by the same rules.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from ragen.agent.prompts import (
 )
 from ragen.config import CONTEXT_WINDOWS, FORMAT_PENALTY_MODES, RolloutConfig
 from ragen.rollout.dialogue import ChatFormat
-from ragen.rollout.engines import Generator, Request
+from ragen.rollout.engines import FINISH_LENGTH, Generator, Request
 from ragen.rollout.rewards import resolve, shaping
 from ragen.rollout.trajectory import Trajectory, Turn
 from ragen.rollout.window import FULL, EpisodeSoFar, window_context
@@ -86,7 +90,7 @@ class RolloutSpec:
         return cls(**{**values, **changes})
 
 
-class _Episode:
+class Episode:
     """One live episode: its env, its trajectory, the dialogue as messages (full window); the
     context of its next turn is ``traj.token_ids[context_start:]``."""
 
@@ -138,7 +142,9 @@ def _demo_messages(env, spec: RolloutSpec) -> list[dict]:
     return messages
 
 
-def _start(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
+def open_dialogue(ep: Episode, spec: RolloutSpec) -> tuple[str, list[dict]]:
+    """Reset the episode's env and open its dialogue (the demonstrations, then the first user
+    message, in ``ep.messages``); returns that user message and the demonstrations."""
     ep.observation = ep.env.reset(ep.traj.seed)
     ep.instructions = ep.env.instructions()
     ep.traj.context_window = spec.context_window
@@ -153,10 +159,15 @@ def _start(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
     ep.demos = _demo_messages(ep.env, spec)
     # The demonstrations stay in the dialogue: the template renders every later turn after them.
     ep.messages += [*ep.demos, {"role": "user", "content": user}]
-    ep.traj.append(fmt.opening(user, ep.demos), sampled=False)
+    return user, ep.demos
 
 
-def _act(ep: _Episode, actions: Sequence[str]) -> list[float]:
+def _start(ep: Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
+    user, demos = open_dialogue(ep, spec)
+    ep.traj.append(fmt.opening(user, demos), sampled=False)
+
+
+def _act(ep: Episode, actions: Sequence[str]) -> list[float]:
     """Execute actions in order until the episode ends; returns their rewards."""
     rewards: list[float] = []
     for action in actions:
@@ -179,19 +190,32 @@ def _per_turn(env, spec: RolloutSpec) -> int:
     return spec.max_actions_per_turn if env.actions else 1
 
 
-def _take_turn(
-    ep: _Episode, sample, fmt: ChatFormat, spec: RolloutSpec, terms: dict, turn: int
-) -> None:
-    start = len(ep.traj.token_ids)
-    ep.traj.append(sample.token_ids, sampled=True, logprobs=sample.logprobs)
-    reply = fmt.reply_text(sample.token_ids)
+def play_reply(
+    ep: Episode,
+    reply: str,
+    *,
+    cut: bool,
+    span: tuple[int, int],
+    think_tokens: Callable[[str], int],
+    spec: RolloutSpec,
+    terms: dict,
+    turn: int,
+) -> str | None:
+    """Parse one reply, run its actions and append its `Turn` to the trajectory; returns the
+    user message that opens the next turn, or None when the episode has ended.
+
+    ``cut``: the reply ran out of tokens before it ended (its answer is not run); ``span``:
+    (reply_start, reply_end), where the reply's tokens lie in the dialogue; ``think_tokens``:
+    the length in tokens of a think text. ``ep.messages`` is left as it was, ending with the
+    user message the reply answered.
+    """
     left = ep.budget - ep.actions_used
     parsed = parse_reply(
         reply, ep.env.actions, min(_per_turn(ep.env, spec), left), think=spec.think
     )
     observation = ep.observation
     anchor = envs.anchor(ep.env, observation)  # the state before this turn's actions
-    if sample.finish == "length":
+    if cut:
         # The reply never closed: its half-written answer is not executed.
         rewards, actions = [], []
         ep.finish("truncated:reply_length")
@@ -202,7 +226,7 @@ def _take_turn(
     # action, even when the rest ran; no_action only when nothing ran.
     invalid = spec.format_penalty_mode == "any_invalid" and parsed.unknown_actions > 0
     penalty = spec.format_penalty if not actions or invalid else 0.0
-    if sample.finish == "length" and spec.cut_reply_penalty is not None:
+    if cut and spec.cut_reply_penalty is not None:
         penalty = spec.cut_reply_penalty
     done = Turn(
         observation=observation,
@@ -212,12 +236,12 @@ def _take_turn(
         actions=actions[: len(rewards)],
         rewards=rewards,
         reward=0.0,
-        format_ok=parsed.format_ok and sample.finish != "length",
+        format_ok=parsed.format_ok and not cut,
         problems=list(parsed.problems),
         unknown_actions=parsed.unknown_actions,
-        think_tokens=len(fmt.tokenizer(parsed.think, add_special_tokens=False)["input_ids"]),
-        reply_start=start,
-        reply_end=start + len(sample.token_ids),
+        think_tokens=think_tokens(parsed.think),
+        reply_start=span[0],
+        reply_end=span[1],
         anchor=anchor,
         context_start=ep.context_start,
         first_shown=ep.first_shown,
@@ -228,11 +252,8 @@ def _take_turn(
     if not ep.done and turn + 1 >= spec.max_turns:
         ep.finish("truncated:turns")
     if ep.done:
-        return
-    if spec.context_window != FULL:
-        _open_window(ep, fmt, spec)
-        return
-    user = turn_user_message(
+        return None
+    return turn_user_message(
         turn + 2,
         ep.observation,
         ep.budget - ep.actions_used,
@@ -240,13 +261,40 @@ def _take_turn(
         max_actions_per_turn=_per_turn(ep.env, spec),
         think=spec.think,
     )
+
+
+def _take_turn(
+    ep: Episode, sample, fmt: ChatFormat, spec: RolloutSpec, terms: dict, turn: int
+) -> None:
+    start = len(ep.traj.token_ids)
+    ep.traj.append(sample.token_ids, sampled=True, logprobs=sample.logprobs)
+    reply = fmt.reply_text(sample.token_ids)
+
+    def think_tokens(text: str) -> int:
+        return len(fmt.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    user = play_reply(
+        ep,
+        reply,
+        cut=sample.finish == FINISH_LENGTH,
+        span=(start, start + len(sample.token_ids)),
+        think_tokens=think_tokens,
+        spec=spec,
+        terms=terms,
+        turn=turn,
+    )
+    if user is None:
+        return
+    if spec.context_window != FULL:
+        _open_window(ep, fmt, spec)
+        return
     stopped = bool(sample.token_ids) and sample.token_ids[-1] in fmt.stop_ids
     # ep.messages still ends with the user message this reply answered
     ep.traj.append(fmt.continuation(ep.messages, user, reply_stopped=stopped), sampled=False)
     ep.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": user}]
 
 
-def _open_window(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
+def _open_window(ep: Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
     """Append the next turn's context in a windowed mode (rollout/window.py): it starts
     afresh after the last reply."""
     window = EpisodeSoFar(
@@ -263,6 +311,32 @@ def _open_window(ep: _Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
     )
     ep.context_start = len(ep.traj.token_ids)
     ep.traj.append(ids, sampled=False)
+
+
+def make_episodes(
+    env_name: str,
+    seeds: Sequence[int],
+    group_size: int,
+    spec: RolloutSpec,
+    env_options: dict | None,
+    first_group: int,
+) -> list[Episode]:
+    """``group_size`` episodes of each seed, group by group, numbered from ``first_group``
+    (see `rollout`); their envs are made, not yet reset."""
+    call = next(_CALLS)
+    episodes = []
+    for group, seed in enumerate(seeds, start=first_group):
+        for copy in range(group_size):
+            env = envs.make(env_name, **(env_options or {}))
+            key, stream = (call, group, copy), group * group_size + copy
+            budget = spec.max_actions_per_episode
+            episodes.append(Episode(env_name, env, group, copy, int(seed), key, stream, budget))
+    return episodes
+
+
+def reward_terms(spec: RolloutSpec) -> dict:
+    """The shaping terms of ``spec`` by name: (function, weight), as `play_reply` takes them."""
+    return {name: (resolve(name), weight) for name, weight in spec.reward_terms}
 
 
 def rollout(
@@ -287,18 +361,11 @@ def rollout(
     each turn's generation (for progress display).
     """
     fmt = ChatFormat(tokenizer, SYSTEM_PROMPT, reply_prefix(spec.think))
-    terms = {name: (resolve(name), weight) for name, weight in spec.reward_terms}
-    call = next(_CALLS)
-    episodes = []
+    terms = reward_terms(spec)
     with phases.timed(phases.ROLLOUT_ENV):
-        for group, seed in enumerate(seeds, start=first_group):
-            for copy in range(group_size):
-                env = envs.make(env_name, **(env_options or {}))
-                key, stream = (call, group, copy), group * group_size + copy
-                budget = spec.max_actions_per_episode
-                ep = _Episode(env_name, env, group, copy, int(seed), key, stream, budget)
-                _start(ep, fmt, spec)
-                episodes.append(ep)
+        episodes = make_episodes(env_name, seeds, group_size, spec, env_options, first_group)
+        for ep in episodes:
+            _start(ep, fmt, spec)
     try:
         for turn in range(spec.max_turns):
             live = [ep for ep in episodes if not ep.done]

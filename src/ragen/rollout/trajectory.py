@@ -26,7 +26,8 @@ RewardPlacement = Literal["last_token", "per_turn"]
 @dataclass
 class Turn:
     """One reply and what it did. ``reply_start:reply_end`` indexes the sampled tokens,
-    ``context_start:reply_start`` the context they were sampled in."""
+    ``context_start:reply_start`` the context they were sampled in (in an episode played
+    over an API, which keeps no ids: where the server counted them to lie)."""
 
     observation: str
     reply: str
@@ -115,9 +116,14 @@ class Trajectory:
 
     def to_record(self) -> dict:
         """The JSONL episode record (no token ids: those stay in memory for the update).
+
         With a context window other than full, it names the window, and each turn the first
-        turn its context showed (``first_shown``)."""
+        turn its context showed (``first_shown``). Its token counts are read from the turns' offsets, so an episode played over an API,
+        which holds no token ids, reports the server's counts: ``reply_tokens`` the sampled
+        tokens, ``context_tokens`` the dialogue's length where its last reply ended (an
+        episode that holds its ids reaches no further than they do)."""
         window = {"context_window": self.context_window} if self.per_turn else {}
+        end = self.turns[-1].reply_end if self.turns else 0
         return {
             "env": self.env,
             "group": self.group,
@@ -130,8 +136,8 @@ class Trajectory:
             "end": self.end,
             "num_turns": len(self.turns),
             "num_actions": sum(len(t.actions) for t in self.turns),
-            "reply_tokens": sum(self.loss_mask),
-            "context_tokens": len(self.token_ids),
+            "reply_tokens": sum(t.reply_tokens for t in self.turns),
+            "context_tokens": max(len(self.token_ids), end),
         }
 
 

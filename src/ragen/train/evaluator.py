@@ -81,7 +81,17 @@ def format_summary(env: str, summary: dict) -> str:
         f"  turns {summary['turns_mean']:.2f}  actions {summary['actions_mean']:.2f}  "
         f"format-ok {summary['format_ok']:.2%}  reply tokens {summary['reply_tokens_mean']:.1f}  "
         f"one action sequence {summary['action_template_share']:.1%}\n"
-        f"  ended: {ends}" + (_format_cost(summary["cost"]) if "cost" in summary else "")
+        f"  ended: {ends}"
+        + (_format_cost(summary["cost"]) if "cost" in summary else "")
+        + (_format_api(summary["api"]) if "api" in summary else "")
+    )
+
+
+def _format_api(api: dict) -> str:
+    return (
+        f"\n  api: {api['requests']:,} requests ({api['retries']:,} retried), "
+        f"{api['prompt_tokens']:,} prompt + {api['completion_tokens']:,} completion tokens; "
+        "no reply prefix (the server writes the whole reply)"
     )
 
 
