@@ -1,9 +1,9 @@
 """Shared fixtures. The whole session runs against a private RAGEN_HOME, so the embedded
-model is converted fresh (once per session) and no user cache is read or written."""
+model is converted fresh (once per session, however many xdist workers share it) and no user
+cache is read or written."""
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import tempfile
@@ -17,15 +17,31 @@ if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
-_HOME = tempfile.mkdtemp(prefix="ragen-test-home-")
-os.environ["RAGEN_HOME"] = _HOME
-# The converted model takes half a gigabyte: a session that kept its home filled the disk.
-atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's RAGEN_HOME: made by the process that runs the session (xdist's
+    controller, or pytest alone) and handed to each worker, so the workers convert the
+    embedded model once between them (``models.prepare`` locks the conversion: one worker
+    converts, the others wait and read its folder). Removed when the session ends: the
+    converted model takes half a gigabyte, and a session that kept its home filled the disk."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        home = workerinput["ragen_home"]
+    else:
+        home = tempfile.mkdtemp(prefix="ragen-test-home-")
+        config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+    os.environ["RAGEN_HOME"] = home
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist's controller gives each worker it starts the session's RAGEN_HOME."""
+    node.workerinput["ragen_home"] = os.environ["RAGEN_HOME"]
 
 
 @pytest.fixture(scope="session")
 def ragen_home() -> str:
-    return _HOME
+    return os.environ["RAGEN_HOME"]
 
 
 @pytest.fixture(scope="session")
