@@ -250,6 +250,10 @@ def test_two_processes_train_what_one_process_trains(one_process, two_processes)
     assert evals[0][0]["cost"]["generated_tokens"] < evals[1][0]["cost"]["generated_tokens"]
 
 
+# Each part is proven in the default suite: a one-process resume replays the uninterrupted
+# run exactly (test_trainer), two processes train what one does (above), and two processes
+# resume from their checkpoint (the FSDP2 test below; DDP loads it as one process does).
+@pytest.mark.slow
 def test_two_processes_resume_from_their_checkpoint(one_process, two_processes, tmp_path):
     run = RunDir(tmp_path / "resumed")
     shutil.copytree(two_processes.root, run.root)
