@@ -1,15 +1,20 @@
 """Shared fixtures. The whole session runs against a private RAGEN_HOME, so the embedded
-model is converted fresh (once per session) and no user cache is read or written."""
+model is converted fresh (once per session, however many xdist workers share it) and no user
+cache is read or written."""
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
+
+import ragen
 
 # Under pytest-xdist (`make test` runs `-n 2`) each worker computes on one thread, as do the
 # runs it starts: two workers of two threads each on a 2-core machine wait on each other.
@@ -17,15 +22,52 @@ if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("OMP_NUM_THREADS
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
-_HOME = tempfile.mkdtemp(prefix="ragen-test-home-")
-os.environ["RAGEN_HOME"] = _HOME
-# The converted model takes half a gigabyte: a session that kept its home filled the disk.
-atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's RAGEN_HOME: made by the process that runs the session (xdist's
+    controller, or pytest alone) and handed to each worker, so the workers convert the
+    embedded model once between them (``models.prepare`` locks the conversion: one process
+    converts, the others wait and read its folder). Removed when the session ends: the
+    converted model takes half a gigabyte, and a session that kept its home filled the disk.
+
+    Under xdist the controller starts the conversion at once, in a process of its own, beside
+    the workers' collection and first tests: a worker that converted it itself would keep the
+    other waiting, a core idle, for the ~20 s it takes."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        os.environ["RAGEN_HOME"] = workerinput["ragen_home"]
+        return
+    home = tempfile.mkdtemp(prefix="ragen-test-home-")
+    os.environ["RAGEN_HOME"] = home
+    converter = None
+    if config.getoption("numprocesses", None):
+        here = str(Path(ragen.__file__).parents[1])  # the ragen these tests import
+        path = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+        converter = subprocess.Popen(
+            [sys.executable, "-m", "ragen", "model", "prepare"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"},
+        )
+
+    def end() -> None:
+        if converter is not None:  # still converting if no test needed the model
+            converter.kill()
+            converter.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+    config.add_cleanup(end)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist's controller gives each worker it starts the session's RAGEN_HOME."""
+    node.workerinput["ragen_home"] = os.environ["RAGEN_HOME"]
 
 
 @pytest.fixture(scope="session")
 def ragen_home() -> str:
-    return _HOME
+    return os.environ["RAGEN_HOME"]
 
 
 @pytest.fixture(scope="session")

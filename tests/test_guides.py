@@ -26,7 +26,15 @@ def test_blocks_are_found_in_order():
     assert python_blocks(text) == ["a = 1\n", "b = a\n"]
 
 
-@pytest.mark.parametrize("guide", GUIDES, ids=[g.stem for g in GUIDES])
+# The scaling-out guide launches torchrun (two processes, each importing torch and
+# transformers): the launches test_distributed makes prove what it shows, so it runs with -m slow.
+SLOW = {"scaling-out"}
+
+
+@pytest.mark.parametrize(
+    "guide",
+    [pytest.param(g, id=g.stem, marks=pytest.mark.slow if g.stem in SLOW else ()) for g in GUIDES],
+)
 def test_guide_code_runs(guide: Path, tmp_path, monkeypatch):
     blocks = python_blocks(guide.read_text())
     monkeypatch.chdir(tmp_path)

@@ -168,9 +168,9 @@ def _train_config(args: argparse.Namespace):
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from ragen.train.trainer import Trainer
-
     cfg, run = _train_config(args)  # a refused config leaves no folder behind
+    from ragen.train.trainer import Trainer  # seconds of imports, after the refusals
+
     return _run_loop(Trainer, cfg, run, resume=bool(args.resume))
 
 
@@ -274,11 +274,12 @@ def _sft_config(args: argparse.Namespace):
 
 def _cmd_sft(args: argparse.Namespace) -> int:
     from ragen.train import distributed
-    from ragen.train.sft import SftTrainer
 
     if distributed.world_size() > 1:
         raise UsageError("ragen sft runs in one process: start it without torchrun")
     cfg, run = _sft_config(args)  # a refused config leaves no folder behind
+    from ragen.train.sft import SftTrainer  # seconds of imports, after the refusals
+
     return _run_loop(SftTrainer, cfg, run, resume=bool(args.resume))
 
 

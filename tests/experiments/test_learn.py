@@ -137,7 +137,12 @@ def _kill():
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-@pytest.mark.parametrize("stop", [_ctrl_c, _kill])
+# SIGTERM's handler raises KeyboardInterrupt, so the kill takes Ctrl-C's path and more: the
+# Ctrl-C case runs with -m slow.
+@pytest.mark.parametrize(
+    "stop",
+    [pytest.param(_ctrl_c, id="_ctrl_c", marks=pytest.mark.slow), pytest.param(_kill, id="_kill")],
+)
 def test_a_run_stopped_with_ctrl_c_or_kill_is_recorded_without_a_final_evaluation(
     tmp_path, monkeypatch, capsys, stop
 ):

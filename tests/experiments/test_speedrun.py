@@ -1,11 +1,15 @@
 """experiments/speedrun.py end to end on the tiny model: warm-up, RL, test, floors, record."""
 
 import json
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import pytest
 
 from experiments import speedrun
 from ragen import envs
+from ragen.cli import main
 from ragen.envs.experts import expert_move, goal_probabilities
 from ragen.envs.frozen_lake import transition_table
 from ragen.train.evaluator import eval_seeds
@@ -27,8 +31,32 @@ RECIPE = [
 ]
 
 
+def _in_process(command: list[str], log: Path) -> float:
+    """``speedrun.run`` without the process boundary: the same ``ragen`` command line, run by
+    the CLI's ``main`` in this process, its output appended to the stage's log. Six stages
+    as subprocesses import torch and transformers six times (most of the test's time);
+    ``test_a_stage_runs_the_console_script_and_logs_its_output`` runs the real one."""
+    assert command[0] == str(speedrun.RAGEN)
+    started = time.perf_counter()
+    with log.open("a", encoding="utf-8") as out, redirect_stdout(out), redirect_stderr(out):
+        code = main(command[1:])
+    assert code == 0, log.read_text(encoding="utf-8")[-2000:]
+    return time.perf_counter() - started
+
+
+def test_a_stage_runs_the_console_script_and_logs_its_output(tmp_path):
+    log = tmp_path / "speedrun.log"
+    with pytest.raises(SystemExit) as stop:
+        speedrun.run([str(speedrun.RAGEN), "config", "show", "chess"], log)
+    head, tail = str(stop.value).split("\n", 1)
+    assert head == f"{speedrun.RAGEN} config show chess exited with 2; the end of {log}:"
+    assert tail == log.read_text()  # the whole log: the command, then what it printed
+    assert tail.startswith(f"$ {speedrun.RAGEN} config show chess\nragen: config: unknown preset")
+
+
 @pytest.mark.usefixtures("keep_threads")  # speedrun.main pins the process's torch threads
 def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
+    monkeypatch.setattr(speedrun, "run", _in_process)
     monkeypatch.setattr(speedrun, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(speedrun, "DOCS", tmp_path / "docs")
     monkeypatch.setattr(speedrun, "MIN_STAGE_MINUTES", 0.0)  # the tiny budget still gets RL

@@ -1,6 +1,12 @@
 """The embedded SmolLM2: converted once from its GGUF file, holding exactly its weights."""
 
+import fcntl
 import json
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 
@@ -40,6 +46,45 @@ def test_crashed_conversion_is_not_trusted(tmp_path, monkeypatch):
     source.path.mkdir(parents=True)
     (source.path / "model.safetensors").write_bytes(b"half written")
     assert not models.is_prepared(source)
+
+
+def _waiting_on(lock) -> bool:
+    """True when some process or thread waits to take the flock of the open file ``lock``:
+    /proc/locks lists a blocked request as ``-> FLOCK ...`` with the file's inode."""
+    inode = f":{os.fstat(lock.fileno()).st_ino} "
+    lines = Path("/proc/locks").read_text().splitlines()
+    return any("-> FLOCK" in line and inode in line for line in lines)
+
+
+def test_a_conversion_under_way_is_waited_for_not_repeated(embedded, tmp_path, monkeypatch):
+    """Processes that start on an empty cache together convert once: ``prepare`` waits for
+    the converter's lock, then finds its folder and converts nothing. A temporary folder that
+    a killed converter left is removed."""
+    finished = models.resolve("smollm2-135m").path  # the session's conversion
+    monkeypatch.setenv("RAGEN_HOME", str(tmp_path))
+    source = models.resolve("smollm2-135m")
+    source.path.parent.mkdir(parents=True)
+    leftover = source.path.parent / ".smollm2-135m.tmp-99999"
+    leftover.mkdir()
+    (leftover / "model.safetensors").write_bytes(b"half written")
+    with (
+        open(source.path.parent / ".smollm2-135m.lock", "a") as lock,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another converter at work
+        waiting = pool.submit(models.prepare, "smollm2-135m")
+        while not _waiting_on(lock):
+            assert not waiting.done(), waiting.result()
+            time.sleep(0.01)
+        # the converter finishes as prepare does: a whole folder renamed into place
+        tmp = source.path.parent / ".smollm2-135m.tmp-1"
+        shutil.copytree(finished, tmp, copy_function=os.link)  # the same files, linked
+        os.replace(tmp, source.path)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        assert waiting.result(timeout=60) == source
+    weights = (source.path / "model.safetensors").stat()
+    assert weights.st_ino == (finished / "model.safetensors").stat().st_ino  # not converted
+    assert models.is_prepared(source) and not leftover.exists()
 
 
 def test_embedded_model_holds_the_weights_of_its_gguf_file(embedded):

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from functools import partial
 
 import pytest
 
@@ -63,9 +64,14 @@ def in_process(calls):
     return launch
 
 
-def test_a_tiny_study_end_to_end(tmp_path, study_file, capsys):
+def test_a_tiny_study_end_to_end(tmp_path, study_file, capsys, monkeypatch):
+    # The runs in this process (each a process of its own imports torch and transformers
+    # again); the process launcher is what the killed-study tests below run.
+    calls = []
+    monkeypatch.setattr(runner, "run_all", partial(runner.run_all, launch=in_process(calls)))
     out = tmp_path / "out"
-    assert main(["study", str(study_file), "--out", str(out)]) == 0  # runs as processes
+    assert main(["study", str(study_file), "--out", str(out)]) == 0
+    assert calls == [("keep-all", False), ("keep-half", False)]
     printed = capsys.readouterr().out
     for name in ("keep-all", "keep-half"):
         records = read_jsonl(out / name / "seed-0" / "metrics.jsonl").records

@@ -8,11 +8,14 @@ safetensors layout, which every later load reads.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from gguf import GGUFReader
@@ -60,19 +63,40 @@ def prepare(spec: str = DEFAULT_SPEC, *, force: bool = False) -> ModelSource:
     """Convert an embedded GGUF model into the safetensors cache folder (once).
 
     The conversion writes into a temporary sibling folder and renames it into place, so a
-    crash mid-way never leaves a half-written model that later loads would trust.
+    crash mid-way never leaves a half-written model that later loads would trust. It runs
+    under a lock on a sibling file, so processes that start on an empty cache together (test
+    workers, a study's runs) convert once: the others wait, then find the folder finished.
     """
     source = resolve(spec)
     if source.kind != "embedded" or (is_prepared(source) and not force):
         return source
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    entry = EMBEDDED[source.spec]
-    folder = package_folder(entry)
     assert source.path is not None
     source.path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = source.path.parent / f".{source.path.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    with _converting(source.path):
+        if force or not is_prepared(source):
+            _convert(EMBEDDED[source.spec], source.path)
+    return source
+
+
+@contextmanager
+def _converting(path: Path) -> Iterator[None]:
+    """Hold the lock that guards converting into ``path``, waiting for a holder to finish.
+
+    ``fcntl.flock`` locks belong to the open file, so the kernel drops a killed converter's
+    lock; its temporary folder, which only a lock holder writes, is removed here."""
+    with open(path.parent / f".{path.name}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released as the file closes
+        for leftover in path.parent.glob(f".{path.name}.tmp-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        yield
+
+
+def _convert(entry: Embedded, path: Path) -> None:
+    """Dequantise ``entry``'s GGUF file and save it, with its tokenizer, as the folder ``path``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = package_folder(entry)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     started = time.perf_counter()
     # from_pretrained on a GGUF dequantises to float32; the tokenizer comes from the same file.
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=entry.gguf_file)
@@ -93,10 +117,9 @@ def prepare(spec: str = DEFAULT_SPEC, *, force: bool = False) -> ModelSource:
         "seconds": round(time.perf_counter() - started, 2),
     }
     (tmp / _DONE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-    if source.path.exists():
-        shutil.rmtree(source.path)
-    os.replace(tmp, source.path)
-    return source
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
 
 
 def gguf_special_ids(path: Path) -> dict[str, int]:
