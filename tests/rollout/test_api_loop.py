@@ -141,5 +141,5 @@ def test_reward_terms_that_count_think_tokens_are_refused():
 
 def test_a_context_window_other_than_full_is_refused():
     check_api_spec(RolloutSpec(context_window="full"))
-    with pytest.raises(ValueError, match="set rollout.context_window=full"):
+    with pytest.raises(ValueError, match=r"set rollout\.context_window=full"):
         check_api_spec(RolloutSpec(context_window="single_turn"))

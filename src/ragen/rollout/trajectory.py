@@ -118,10 +118,11 @@ class Trajectory:
         """The JSONL episode record (no token ids: those stay in memory for the update).
 
         With a context window other than full, it names the window, and each turn the first
-        turn its context showed (``first_shown``). Its token counts are read from the turns' offsets, so an episode played over an API,
-        which holds no token ids, reports the server's counts: ``reply_tokens`` the sampled
-        tokens, ``context_tokens`` the dialogue's length where its last reply ended (an
-        episode that holds its ids reaches no further than they do)."""
+        turn its context showed (``first_shown``). Its token counts are read from the turns'
+        offsets, so an episode played over an API, which holds no token ids, reports the
+        server's counts: ``reply_tokens`` the sampled tokens, ``context_tokens`` the
+        dialogue's length where its last reply ended (an episode that holds its ids reaches
+        no further than they do)."""
         window = {"context_window": self.context_window} if self.per_turn else {}
         end = self.turns[-1].reply_end if self.turns else 0
         return {
