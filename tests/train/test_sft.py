@@ -35,25 +35,25 @@ def _batch(tokenizer, seeds=(0, 1, 2)):
     return collate(expert_dialogues(tokenizer, "sokoban", list(seeds), spec), 0)
 
 
+def _masked_nll(model, batch) -> torch.Tensor:
+    """Token-mean NLL of the masked tokens from a plain full forward (no shared prefix): the
+    log-softmax taken at the masked positions only, the others weigh nothing."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    mask = batch.loss_mask[:, 1:].bool()
+    logp = torch.log_softmax(logits[:, :-1][mask].float(), dim=-1)  # (masked tokens, vocab)
+    return -logp.gather(-1, batch.input_ids[:, 1:][mask][:, None]).mean()
+
+
 def _nll_by_hand(model, batch) -> float:
-    """Token-mean NLL of the masked tokens from a plain full forward (no shared prefix)."""
     with torch.no_grad():
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = logp.gather(-1, batch.input_ids[:, 1:, None])[..., 0]
-    mask = batch.loss_mask[:, 1:]
-    return float(-(picked * mask).sum() / mask.sum())
+        return float(_masked_nll(model, batch))
 
 
 def _step_by_hand(batch) -> torch.Tensor:
     """The weights after one SGD step (lr 0.1) on the NLL of a plain full forward of the
     whole batch (no shared opening, no micro-batches), flattened."""
     model, _ = models.load_policy("tiny", dtype="float32", seed=0)
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = logp.gather(-1, batch.input_ids[:, 1:, None])[..., 0]
-    mask = batch.loss_mask[:, 1:]
-    (-(picked * mask).sum() / mask.sum()).backward()
+    _masked_nll(model, batch).backward()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     optimizer.step()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -61,20 +61,20 @@ def _step_by_hand(batch) -> torch.Tensor:
 
 def test_supervised_loss_is_the_token_mean_nll_of_the_replies_for_any_micro_batch():
     # the opening run once for the batch, micro-batches of 1 to 3 rows: the whole batch's step
-    want = None
+    model, tokenizer = models.load_policy("tiny", dtype="float32", seed=0)
+    batch = _batch(tokenizer)
+    expected = _nll_by_hand(model, batch)  # every model below starts from these weights
+    want = _step_by_hand(batch)
     for micro in (1, 2, 3):
-        model, tokenizer = models.load_policy("tiny", dtype="float32", seed=0)
-        batch = _batch(tokenizer)
-        want = _step_by_hand(batch) if want is None else want
-        expected = _nll_by_hand(model, batch)
+        model, _ = models.load_policy("tiny", dtype="float32", seed=0)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         metrics = supervised_update(model, optimizer, batch, micro_batch_size=micro, grad_clip=1e9)
         assert metrics["sft/loss"] == pytest.approx(expected, rel=1e-5)
         assert metrics["sft/reply_tokens"] == float(batch.loss_mask.sum())
         assert metrics["sft/skipped"] == 0.0
-        assert _nll_by_hand(model, batch) < expected  # one SGD step lowers the loss
         updated = torch.cat([p.detach().flatten() for p in model.parameters()])
         assert torch.allclose(updated, want, atol=1e-6)
+    assert _nll_by_hand(model, batch) < expected  # the step (each one above) lowers the loss
 
 
 def test_supervised_update_runs_its_forwards_under_autocast():
