@@ -11,6 +11,7 @@ import importlib.util
 
 import pytest
 import torch
+from tests.small import TINY_RL
 
 from ragen import config, models
 from ragen.rollout.engines import make_generator
@@ -26,17 +27,10 @@ pytestmark = [
 ]
 
 SMALL = [
-    "model.spec=tiny",
-    "rollout.groups=4",
-    "rollout.group_size=2",
-    "rollout.max_reply_tokens=6",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.eval_every=0",
+    *TINY_RL,
     "trainer.actor_lr=1e-3",
     "trainer.critic_lr=1e-3",
     "trainer.device=cuda",
-    "logging.progress=false",
     "logging.tensorboard=false",
 ]
 

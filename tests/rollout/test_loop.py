@@ -13,6 +13,15 @@ from ragen.rollout.engines import Sample, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 
 
+def scripted_sample(tokenizer, text: str, max_new_tokens: int) -> Sample:
+    """``text`` as an engine would return it: its ids and eos, cut at ``max_new_tokens``
+    (finish ``length``), each at log-prob -0.5."""
+    ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+    finish = "stop" if len(ids) <= max_new_tokens else "length"
+    ids = ids[:max_new_tokens]
+    return Sample(ids, [-0.5] * len(ids), finish)
+
+
 class ScriptedReplies:
     """A Generator that answers turn t of every episode with ``script[t]`` (the text after
     the reply prefix), stopping with the eos token, or cut at ``max_new_tokens``."""
@@ -27,11 +36,7 @@ class ScriptedReplies:
         for req in requests:
             turn = self.turn_of.get(req.key, 0)
             self.turn_of[req.key] = turn + 1
-            ids = self.tokenizer(self.script[turn], add_special_tokens=False)["input_ids"]
-            ids.append(self.tokenizer.eos_token_id)
-            finish = "stop" if len(ids) <= max_new_tokens else "length"
-            ids = ids[:max_new_tokens]
-            out.append(Sample(ids, [-0.5] * len(ids), finish))
+            out.append(scripted_sample(self.tokenizer, self.script[turn], max_new_tokens))
         return out
 
     def release(self, keys):

@@ -13,11 +13,11 @@ import math
 
 import pytest
 import torch
+from tests.rollout.test_loop import scripted_sample
 from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config
 from ragen.algos import whiten
-from ragen.rollout.engines import Sample
 from ragen.rollout.loop import rollout
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
@@ -54,12 +54,7 @@ class Scripted:
         for request in requests:
             copy = request.key[2]
             turn = self.turns[request.key] = self.turns.get(request.key, -1) + 1
-            text = SCRIPTS[copy][turn]
-            ids = [*self.tokenizer(text, add_special_tokens=False)["input_ids"]]
-            ids.append(self.tokenizer.eos_token_id)
-            finish = "stop" if len(ids) <= max_new_tokens else "length"
-            ids = ids[:max_new_tokens]
-            out.append(Sample(ids, [-0.5] * len(ids), finish))
+            out.append(scripted_sample(self.tokenizer, SCRIPTS[copy][turn], max_new_tokens))
         return out
 
     def release(self, keys):
