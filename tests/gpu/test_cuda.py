@@ -133,6 +133,36 @@ def test_resume_on_cuda_replays_the_uninterrupted_run(tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_gradient_buckets_on_cuda_leave_the_step_as_it_was(tmp_path):
+    on, run_on = _train(
+        tmp_path,
+        "on",
+        "trainer.steps=2",
+        "trainer.gradient_analysis_every=1",
+        "trainer.gradient_analysis_buckets=2",
+    )
+    off, run_off = _train(tmp_path, "off", "trainer.steps=2")
+    with_buckets = read_jsonl(run_on.metrics).records
+    plain = read_jsonl(run_off.metrics).records
+    assert all("grad_norm/all/task" in r for r in with_buckets)
+    assert any(r["grad_norm/all/task"] > 0 for r in with_buckets)
+
+    def strip(record):
+        return {k: v for k, v in _stable(record).items() if not k.startswith("grad_norm/")}
+
+    assert [strip(r) for r in with_buckets] == [strip(r) for r in plain]
+    wa, wb = on.trainer.m.policy.state_dict(), off.trainer.m.policy.state_dict()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.parametrize("window", ["single_turn", "limited_multi_turn"])
+def test_context_windows_train_on_cuda(tmp_path, window):
+    _, run = _train(tmp_path, window, "trainer.steps=2", f"rollout.context_window={window}")
+    records = read_jsonl(run.metrics).records
+    assert [r["step"] for r in records] == [0, 1]
+    assert all(torch.isfinite(torch.tensor(r["actor/pg_loss"])) for r in records)
+
+
 def test_lora_trains_on_cuda(tmp_path):
     loop, run = _train(
         tmp_path,

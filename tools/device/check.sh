@@ -1,6 +1,6 @@
 # Second call: the GPU checklist (../shared/GPU.md), each step under its own time limit.
 #   bash tools/device/check.sh [STEP...]
-# steps: tests profile sokoban bench paper suite (default: all but paper, in that order)
+# steps: tests profile sokoban bench paper speedrun suite (default: tests speedrun paper)
 set -u
 START=$(date +%s)
 since() { echo "$(( $(date +%s) - START )) s"; }
@@ -16,7 +16,7 @@ cat /tmp/hold/parta .gpub/part > $GGUF && sha256sum $GGUF
 python3 -m ragen model prepare smollm2-135m 2>&1 | tail -1
 
 tests() {
-  timeout 200 python3 -m pytest -m gpu tests/gpu -p no:cacheprovider -rA -q 2>&1 \
+  timeout 150 python3 -m pytest -m gpu tests/gpu -p no:cacheprovider -rA -q 2>&1 \
     | tee $OUT/gpu_tests.log | grep -E "^(PASSED|FAILED|SKIPPED|ERROR)|^E " | head -30
 }
 profile() {
@@ -30,10 +30,25 @@ sokoban() {
   cp /tmp/sk/metrics.jsonl $OUT/sokoban_gpu_metrics.jsonl 2>/dev/null
 }
 paper() {  # the paper's Sokoban step (400-token replies): 2 steps, then resumed for a third
-  timeout 150 python3 -m ragen train sokoban-gpu trainer.steps=2 trainer.save_every=1 \
-    trainer.eval_every=0 logging.progress=false --out /tmp/paper 2>&1 | grep -v Loading | tail -2
-  timeout 100 python3 -m ragen train --resume /tmp/paper trainer.steps=3 2>&1 | tail -2
+  left=$(( 570 - ($(date +%s) - START) ))
+  timeout $(( left * 6 / 10 )) python3 -m ragen train sokoban-gpu trainer.steps=2 \
+    trainer.save_every=1 trainer.eval_every=0 logging.progress=false --out /tmp/paper \
+    > $OUT/paper.log 2>&1; tail -2 $OUT/paper.log
+  timeout $(( 570 - ($(date +%s) - START) )) python3 -m ragen train --resume /tmp/paper \
+    trainer.steps=3 >> $OUT/paper.log 2>&1; tail -2 $OUT/paper.log
   cp /tmp/paper/metrics.jsonl $OUT/paper_metrics.jsonl 2>/dev/null
+}
+speedrun() {  # the CPU's FrozenLake recipe (docs/performance.md) on the GPU, one seed, 3 minutes
+  timeout 330 python3 -m experiments.speedrun frozen-lake --budget 3 --warmup 1 --seeds 1 \
+    --dev-n 32 --test-n 256 --threads 8 --name frozen-lake-gpu-h200 --out /tmp/sr \
+    env.options.random_ends=true env.options.spaced=true env.options.offsets=true \
+    'env.eval_names=[frozen-lake]' rollout.max_turns=10 rollout.max_actions_per_turn=1 \
+    rollout.max_actions_per_episode=10 rollout.demos=0 rollout.max_reply_tokens=80 \
+    sft.lake_expert=careful sft.dialogues=2 sft.micro_batch_size=2 sft.lr=1e-4 sft.steps=1000 \
+    trainer.device=cuda 2>&1 | grep -v Loading | tail -6
+  cp experiments/results/speedrun_frozen-lake-gpu-h200.json docs/speedrun/frozen-lake-gpu-h200.png \
+    $OUT/ 2>/dev/null || cp /tmp/sr/seed-0/speedrun.json $OUT/speedrun_seed0.json 2>/dev/null
+  cat /tmp/sr/speedrun.log /tmp/sr/seed-0/speedrun.log > $OUT/speedrun.log 2>/dev/null
 }
 bench() {
   timeout 120 python3 benchmarks/rollout.py --device cuda --out $OUT/rollout_cuda.json 2>&1 | tail -4
@@ -42,7 +57,7 @@ suite() {  # -v: each test's outcome is in the log even when the time limit cuts
   timeout $(( 540 - ($(date +%s) - START) )) python3 -m pytest -n 16 -p no:cacheprovider -v \
     > $OUT/suite.log 2>&1; grep -E "FAILED|ERROR" $OUT/suite.log | head -30; tail -2 $OUT/suite.log
 }
-for step in ${@:-tests profile sokoban bench suite}; do
+for step in ${@:-tests speedrun paper}; do
   echo "== $step ($(since))"
   $step
 done
