@@ -163,6 +163,27 @@ def test_context_windows_train_on_cuda(tmp_path, window):
     assert all(torch.isfinite(torch.tensor(r["actor/pg_loss"])) for r in records)
 
 
+def _sft(tmp_path, name):
+    from ragen.train.sft import SftTrainer
+
+    cfg = config.load(
+        "sokoban", [*SMALL, "sft.steps=2", "sft.dialogues=2", "rollout.max_reply_tokens=96"]
+    )
+    run = RunDir(tmp_path / name)
+    create_run_dir(run.root, cfg)
+    loop = RunLoop(SftTrainer(cfg), run)
+    loop.train()
+    return loop, run
+
+
+def test_sft_on_cuda_twice_gives_the_same_weights(tmp_path):
+    first, run = _sft(tmp_path, "a")
+    second, _ = _sft(tmp_path, "b")
+    assert all(r["perf/gpu_peak_gib"] > 0 for r in read_jsonl(run.metrics).records)
+    wa, wb = first.trainer.m.policy.state_dict(), second.trainer.m.policy.state_dict()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
 def test_lora_trains_on_cuda(tmp_path):
     loop, run = _train(
         tmp_path,

@@ -1,6 +1,6 @@
 # Second call: the GPU checklist (../shared/GPU.md), each step under its own time limit.
 #   bash tools/device/check.sh [STEP...]
-# steps: tests profile sokoban bench paper speedrun suite (default: tests speedrun paper)
+# steps: tests profile sokoban bench paper speedrun base51 suite (default: tests speedrun paper)
 set -u
 START=$(date +%s)
 since() { echo "$(( $(date +%s) - START )) s"; }
@@ -52,6 +52,14 @@ speedrun() {  # the CPU's FrozenLake recipe (docs/performance.md) on the GPU, on
 }
 bench() {
   timeout 120 python3 benchmarks/rollout.py --device cuda --out $OUT/rollout_cuda.json 2>&1 | tail -4
+}
+base51() {  # the embedded model's base success on the new games' presets (issue 51), 256 test seeds
+  for pair in cube2:cube2 sudoku-4x4:sudoku 2048-64:2048; do
+    env=${pair%%:*}; preset=${pair##*:}
+    timeout 70 python3 -m ragen eval --env $env --preset $preset --n 256 --split test \
+      --temperature 0.5 trainer.device=cuda --out /tmp/base51/$env > $OUT/base_$env.log 2>&1
+    grep -v "Loading\|clean_up\|eval $env" $OUT/base_$env.log | tail -6
+  done
 }
 suite() {  # -v: each test's outcome is in the log even when the time limit cuts the run
   timeout $(( 540 - ($(date +%s) - START) )) python3 -m pytest -n 16 -p no:cacheprovider -v \

@@ -27,6 +27,7 @@ from ragen.rollout.loop import RolloutSpec
 from ragen.rollout.samples import TurnSamples
 from ragen.rollout.trajectory import Batch, Trajectory, collate
 from ragen.train import setup
+from ragen.train.cuda import deterministic_attention, gpu_memory_metrics
 from ragen.train.forward import SharedOpening, token_logprobs
 from ragen.train.state import RunState
 
@@ -189,16 +190,18 @@ class SftTrainer:
         }
         started = time.perf_counter()
         batch = self.batch(dialogues)
-        metrics.update(
-            supervised_update(
-                self.m.policy,
-                self.m.optimizers["actor"],
-                batch,
-                micro_batch_size=c.sft.micro_batch_size,
-                grad_clip=c.trainer.grad_clip,
-                autocast_dtype=self.update_dtype,
+        with deterministic_attention(self.device, c.trainer.deterministic):
+            metrics.update(
+                supervised_update(
+                    self.m.policy,
+                    self.m.optimizers["actor"],
+                    batch,
+                    micro_batch_size=c.sft.micro_batch_size,
+                    grad_clip=c.trainer.grad_clip,
+                    autocast_dtype=self.update_dtype,
+                )
             )
-        )
+        metrics.update(gpu_memory_metrics(self.device))
         metrics["time/update_s"] = time.perf_counter() - started
         state.note_skipped(step, metrics["sft/skipped"] == 1.0, "sft.lr")
         # As after an RL update: glibc keeps the freed activations unless asked, and an
