@@ -53,6 +53,7 @@ import torch
 from benchmarks.measure import cpu_flags, cpu_model, gemm_gflops
 from experiments import blind_play, lake_ceiling, step_record
 from ragen import config, envs
+from ragen.envs.bandit import arm_order
 from ragen.envs.experts import careful_move, goal_probabilities, policy_success
 from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
 from ragen.run.jsonl import read_jsonl, write_atomic
@@ -257,10 +258,22 @@ def lake_floors(options: dict, turns: int, per_turn: int, n: int) -> dict:
     return {"uniform": uniform, **play, "optimal_per_action": optimum}
 
 
+def bandit_floors(options: dict, n: int) -> dict:
+    """Bandit's name-blind policies on the ``n`` test seeds: an arm drawn at random (half the
+    pulls pay off best in expectation) and always the arm listed first (the order is seeded,
+    so the share of seeds that list the risky arm first)."""
+    env = envs.make("bandit", **options)
+    first = sum(arm_order(s, env.actions)[0] == env.high_risk for s in eval_seeds(n, "test"))
+    return {"uniform": 0.5, "first_listed": first / n}
+
+
 def floors(cfg: config.Config, n: int) -> dict:
     """The floors of the recipe's game on the test seeds: FrozenLake's one-line policies,
-    Sokoban's best state-blind sequence of repeated-move turns; none for other games."""
+    Sokoban's best state-blind sequence of repeated-move turns, Bandit's name-blind picks;
+    none for other games."""
     r = cfg.rollout
+    if cfg.env.name == "bandit":
+        return bandit_floors(dict(cfg.env.options), n)
     if cfg.env.name == "frozen-lake":
         return lake_floors(dict(cfg.env.options), r.max_turns, r.max_actions_per_turn, n)
     if cfg.env.name == "sokoban":

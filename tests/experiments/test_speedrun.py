@@ -128,3 +128,10 @@ def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
         episode["turns"] = [{"actions": [flip[t["actions"][0]]]} for t in episode["turns"]]
     file.write_text("".join(json.dumps(e) + "\n" for e in played))
     assert speedrun.lake_agreement(file, options)["careful"] == pytest.approx(9 / 43)
+
+
+def test_bandit_floors_count_the_seeds_that_list_the_risky_arm_first():
+    # Test seeds 3000000000..7 list Phoenix, Phoenix, Phoenix, Dragon, Phoenix, Dragon,
+    # Dragon, Phoenix first (arm_order, a seeded permutation).
+    assert speedrun.bandit_floors({}, 8) == {"uniform": 0.5, "first_listed": 3 / 8}
+    assert speedrun.bandit_floors({"high_risk": "Phoenix"}, 8)["first_listed"] == 5 / 8
