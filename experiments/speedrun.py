@@ -134,24 +134,43 @@ def rate_and_error(summary: dict) -> dict:
     }
 
 
+def holes_beside_count(rows: tuple[str, ...], cell: int) -> int:
+    """How many of the (up to four) cells beside ``cell`` are holes."""
+    size, tiles = len(rows), "".join(rows)
+    row, col = divmod(cell, size)
+    near = ((row + dr, col + dc) for dr, dc in ((0, -1), (1, 0), (0, 1), (-1, 0)))
+    return sum(0 <= r < size and 0 <= c < size and tiles[r * size + c] == "H" for r, c in near)
+
+
 def lake_agreement(episodes_file: Path, options: dict) -> dict:
     """The share of a FrozenLake evaluation's moves that equal the careful rule's and the
-    toward rule's from the cell each was made on: each episode replayed from its seed, whose
-    slip stream makes every move land where it landed. What the policy reads of the lake,
-    beside the share of episodes one action sequence took."""
+    toward rule's from the cell each was made on, and the careful share by how many holes
+    lay beside that cell ("0", "1", "2+"; None where no move was made from such a cell): each
+    episode replayed from its seed, whose slip stream makes every move land where it landed.
+    What the policy reads of the lake, beside the share of episodes one action sequence took."""
     env = envs.make("frozen-lake", **options)
     same = {"careful": 0, "toward": 0}
     moves = 0
+    by_holes = {"0": [0, 0], "1": [0, 0], "2+": [0, 0]}  # [careful moves, moves]
     for episode in read_jsonl(episodes_file).records:
         env.reset(int(episode["seed"]))
         table, goal = transition_table(env.rows, env.slippery), "".join(env.rows).index("G")
         for action in (a for turn in episode["turns"] for a in turn["actions"]):
-            same["careful"] += action == careful_move(env.rows, table, env.state)
+            careful = action == careful_move(env.rows, table, env.state)
+            same["careful"] += careful
             same["toward"] += action == toward_goal(goal, env.state, len(env.rows))
             moves += 1
+            bucket = by_holes[("0", "1", "2+")[min(holes_beside_count(env.rows, env.state), 2)]]
+            bucket[0] += careful
+            bucket[1] += 1
             if env.step(action).terminated:
                 break
-    return {who: count / moves if moves else None for who, count in same.items()}
+    shares: dict = {who: count / moves if moves else None for who, count in same.items()}
+    shares["careful_by_holes_beside"] = {
+        k: (hit / n if n else None) for k, (hit, n) in by_holes.items()
+    }
+    shares["moves_by_holes_beside"] = {k: n for k, (_, n) in by_holes.items()}
+    return shares
 
 
 def evaluate(

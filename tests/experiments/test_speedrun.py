@@ -122,12 +122,20 @@ def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
         played.append({"seed": seed, "turns": [{"actions": [m]} for m in moves]})
     file = tmp_path / "eval.jsonl"
     file.write_text("".join(json.dumps(e) + "\n" for e in played))
-    assert speedrun.lake_agreement(file, options)["careful"] == 1.0
+    agreement = speedrun.lake_agreement(file, options)
+    assert agreement["careful"] == 1.0
+    assert set(agreement["careful_by_holes_beside"].values()) <= {1.0, None}
+    assert sum(agreement["moves_by_holes_beside"].values()) == sum(len(e["turns"]) for e in played)
     flip = {"Left": "Right", "Right": "Left", "Up": "Down", "Down": "Up"}
     for episode in played:
         episode["turns"] = [{"actions": [flip[t["actions"][0]]]} for t in episode["turns"]]
     file.write_text("".join(json.dumps(e) + "\n" for e in played))
     assert speedrun.lake_agreement(file, options)["careful"] == pytest.approx(9 / 43)
+
+
+def test_holes_beside_counts_the_four_neighbours_inside_the_lake():
+    rows = ("SHFF", "HFHF", "FHFF", "FFFG")
+    assert [speedrun.holes_beside_count(rows, c) for c in (0, 5, 3, 15)] == [2, 4, 0, 0]
 
 
 def test_bandit_floors_count_the_seeds_that_list_the_risky_arm_first():
