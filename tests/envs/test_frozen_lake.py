@@ -12,6 +12,7 @@ from ragen.envs.frozen_lake import (
     describe_offsets,
     describe_positions,
     draw,
+    edges_beside,
     generate_map,
     holes_beside,
     is_valid,
@@ -349,6 +350,26 @@ def test_with_offsets_the_relative_thought_is_the_lines_words_about_me():
     for demo in env.demonstrations():
         said = demo.observation.splitlines()[-1]
         assert demo.thought.startswith(said.replace("you", "me").removesuffix("."))
+
+
+def test_edges_name_the_sides_of_the_lake_beside_the_player():
+    rows = ("FHF", "HSF", "GFF")
+    assert edges_beside(3, 4, "you") == "No edge is beside you."
+    assert edges_beside(3, 1) == "The edge is above me."
+    assert edges_beside(3, 8, "you") == "Edges are below you and right of you."
+    assert edges_beside(3, 0) == "Edges are left of me and above me."
+    assert draw(rows, 8, offsets=True, edges=True).splitlines()[-1] == (
+        "The goal G is 2 left of you. No hole is beside you. Edges are below you and right of you."
+    )
+    assert draw(rows, 4, edges=True).splitlines()[-1] == "No edge is beside you."
+
+
+def test_the_careful_thought_says_what_the_observation_says_of_the_edges():
+    env = FrozenLakeEnv(random_ends=True, spaced=True, offsets=True, edges=True)
+    for seed in range(30):
+        said = env.reset(seed).splitlines()[-1]
+        thought = expert_move(env, 1, 10, lake="careful").thought
+        assert thought.startswith(said.replace("you", "me"))
 
 
 def test_coord_renders_ragen2s_coordinate_block_above_the_lake():

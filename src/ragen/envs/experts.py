@@ -40,6 +40,7 @@ from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
 from ragen.envs.frozen_lake import (
     FrozenLakeEnv,
+    edges_beside,
     goal_sentence,
     holes_beside,
     toward_goal,
@@ -385,7 +386,8 @@ def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
         why = f"Every move can slip into a hole; {move} risks it least"
     moves = (move,) * limit
     goal = goal_sentence(rows, state, located=located)
-    thought = f"{goal} {holes_beside(rows, state)} {why}, so I go {' then '.join(moves)}."
+    walls = f" {edges_beside(len(rows), state)}" if env.edges else ""
+    thought = f"{goal} {holes_beside(rows, state)}{walls} {why}, so I go {' then '.join(moves)}."
     return ExpertMove(thought, moves)
 
 

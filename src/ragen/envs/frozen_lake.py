@@ -200,10 +200,12 @@ def draw(
     positions: bool = False,
     offsets: bool = False,
     coord: bool = False,
+    edges: bool = False,
 ) -> str:
     """The lake as the agent sees it, with the player on cell `state`; `spaced` puts a space
     between cells, `positions` adds the line of `describe_positions`, `offsets` the line of
-    `describe_offsets`, `coord` puts `describe_coordinates` above the lake."""
+    `describe_offsets`, `edges` the sentence of `edges_beside` (at the end of the offsets
+    line, or on its own), `coord` puts `describe_coordinates` above the lake."""
     size = len(rows)
     cells = [[_TILE[t] for t in line] for line in rows]
     row, col = divmod(state, size)
@@ -215,6 +217,10 @@ def draw(
         lines.append(describe_positions(rows, state))
     if offsets:
         lines.append(describe_offsets(rows, state))
+    if edges and offsets:
+        lines[-1] = f"{lines[-1]} {edges_beside(len(rows), state, 'you')}"
+    elif edges:
+        lines.append(edges_beside(len(rows), state, "you"))
     return "\n".join(lines)
 
 
@@ -313,8 +319,10 @@ class FrozenLakeEnv:
     goal on random distinct cells, as RAGEN's lakes, instead of the top-left and
     bottom-right corners), positions (a line under the lake with the row and column of the
     player, the goal and the holes), offsets (a line with the goal's place from the player
-    and the holes beside it), coord (RAGEN-2's coordinate block above the lake, as its
-    CoordFrozenLake shows it: `describe_coordinates`).
+    and the holes beside it), edges (which edges of the lake the player stands against: a
+    slip into one leaves the player in place, which the careful rule weighs), coord
+    (RAGEN-2's coordinate block above the lake, as its CoordFrozenLake shows it:
+    `describe_coordinates`).
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -331,6 +339,7 @@ class FrozenLakeEnv:
         positions: bool = False,
         offsets: bool = False,
         coord: bool = False,
+        edges: bool = False,
     ) -> None:
         self.size = check_int("size", size, 2, MAX_SIZE)
         self.p = check_probability("p", p, allow_zero=False)
@@ -340,6 +349,7 @@ class FrozenLakeEnv:
         self.positions = check_bool("positions", positions)
         self.offsets = check_bool("offsets", offsets)
         self.coord = check_bool("coord", coord)
+        self.edges = check_bool("edges", edges)
         self.max_tries = check_int("max_tries", max_tries, 1, MAX_TRIES)
         self._budget = EpisodeBudget(max_actions)
         self._index = {word.casefold(): i for i, word in enumerate(ACTIONS)}
@@ -385,6 +395,7 @@ class FrozenLakeEnv:
                 positions=self.positions,
                 offsets=self.offsets,
                 coord=self.coord,
+                edges=self.edges,
             )
             observation = other.reset(seed)
             path = shortest_path(other.rows)
@@ -447,7 +458,13 @@ class FrozenLakeEnv:
         view = self._views[self._state]
         if view is None:
             view = self._views[self._state] = draw(
-                self.rows, self._state, self.spaced, self.positions, self.offsets, self.coord
+                self.rows,
+                self._state,
+                self.spaced,
+                self.positions,
+                self.offsets,
+                self.coord,
+                self.edges,
             )
         return view
 
@@ -475,6 +492,27 @@ def holes_beside(rows: tuple[str, ...], cell: int, anchor: str = "me") -> str:
     if len(holes) == 1:
         return f"A hole {_TILE['H']} is {holes[0]}."
     return f"Holes {_TILE['H']} are {', '.join(holes[:-1])} and {holes[-1]}."
+
+
+# What the edge beside the player is called, in ACTIONS order.
+_EDGE_SIDES = ("left of", "below", "right of", "above")
+
+
+def edges_beside(size: int, cell: int, anchor: str = "me") -> str:
+    """A sentence on the lake's edges next to ``cell`` (in ACTIONS order): "No edge is beside
+    me.", "The edge is above me." or "Edges are left of me and above me." (``anchor`` names
+    the player)."""
+    row, col = divmod(cell, size)
+    sides = [
+        f"{side} {anchor}"
+        for side, (d_row, d_col) in zip(_EDGE_SIDES, _MOVES, strict=True)
+        if not (0 <= row + d_row < size and 0 <= col + d_col < size)
+    ]
+    if not sides:
+        return f"No edge is beside {anchor}."
+    if len(sides) == 1:
+        return f"The edge is {sides[0]}."
+    return f"Edges are {' and '.join(sides)}."
 
 
 def _demo_thought(rows: tuple[str, ...], first: str, located: bool = False) -> str:
