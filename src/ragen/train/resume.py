@@ -29,8 +29,8 @@ def check_resume(run: RunDir, saved: Config, asked: Config, *, sft: bool = False
     """Refuse a resume of ``run`` (trained with ``saved``) with settings its checkpoints
     cannot take (``asked``): another game, another model or LoRA, a warm start turned on or
     off, a critic added or dropped (RL runs), fewer steps than are done (``sft.steps`` for a
-    `ragen sft` run). Reads only;
-    raises ConfigError with one line naming the key and the fix."""
+    `ragen sft` run). Reads only; raises ConfigError with one line naming the key and the
+    fix."""
     keys = RUN_KEYS + SHAPING_KEYS + (LORA_KEYS if saved.model.lora_rank > 0 else ())
     for key in keys:
         section, name = key.split(".")
