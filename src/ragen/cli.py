@@ -171,25 +171,51 @@ def _cmd_train(args: argparse.Namespace) -> int:
     cfg, run = _train_config(args)  # a refused config leaves no folder behind
     from ragen.train.trainer import Trainer  # seconds of imports, after the refusals
 
-    return _run_loop(Trainer, cfg, run, resume=bool(args.resume))
+    if not cfg.sft.warm_start:
+        return _run_loop(Trainer, cfg, run, resume=bool(args.resume))
+    cfg, status = _warm_start(cfg, run, resume=bool(args.resume))
+    if cfg is None:
+        return status
+    return _run_loop(Trainer, cfg, run, resume=False, create=False)
 
 
-def _run_loop(trainer_class, cfg, run, *, resume: bool) -> int:
+def _warm_start(cfg, run, *, resume: bool):
+    """The `ragen sft` stage of a run with sft.warm_start (ragen.train.warm_start) in
+    RUN/warm_start, started, resumed, or skipped once recorded as ended; then RUN/config.yaml
+    is made the RL stage's. Returns (the RL stage's config, 0), or (None, the stage's exit
+    status) when it did not end."""
+    from ragen.run.lock import hold
+    from ragen.train import warm_start
+    from ragen.train.preflight import check_start
+    from ragen.train.sft import SftTrainer
+
+    started = time.monotonic()
+    warm_start.check_can_start(cfg)
+    check_start(cfg)  # before RUN is made: a config that cannot run leaves no folder
+    with hold(run):  # RUN's one writer through the stage
+        stage = warm_start.open_stage(cfg, run, resume=resume)
+        if stage is not None:
+            status = _run_loop(SftTrainer, stage.config, stage.run, resume=stage.resume)
+            if status != EXIT_OK:
+                return None, status
+        return warm_start.start_rl(cfg, run, (time.monotonic() - started) / 60), EXIT_OK
+
+
+def _run_loop(trainer_class, cfg, run, *, resume: bool, create: bool = True) -> int:
     """Check that ``cfg`` can run, then run a ``trainer_class`` (Trainer or SftTrainer) in
-    ``run``: a new run directory or, with ``resume``, the run continued from its checkpoint."""
+    ``run``: a new run directory (made here unless ``create`` is false: a warm start's RL
+    stage, whose folder exists) or, with ``resume``, the run continued from its checkpoint."""
     from contextlib import ExitStack
 
     from ragen.host import threads
     from ragen.run.lock import hold
     from ragen.run.rundir import create_run_dir, rewrite_config
-    from ragen.train import distributed, preflight
+    from ragen.train import distributed
     from ragen.train.loop import RunLoop
+    from ragen.train.preflight import check_start
     from ragen.train.setup import resolve_device
 
-    preflight.import_envs(cfg)  # user code, imported only now that a run starts
-    preflight.check_runnable(cfg)  # builds the worked turns of the envs just imported
-    preflight.import_reward_terms(cfg)  # user code, imported only now that a run starts
-    distributed.check_split(cfg.rollout.groups)  # torchrun: every process refuses, at once
+    check_start(cfg)
     with (
         threads.computing_with(cfg.trainer.threads),
         distributed.session(resolve_device(cfg.trainer.device)),
@@ -198,7 +224,7 @@ def _run_loop(trainer_class, cfg, run, *, resume: bool) -> int:
         main = distributed.is_main()
         # One writer per run directory; under torchrun rank 0 is the one that writes it.
         distributed.on_main(lambda: held.enter_context(hold(run)))
-        if not resume:
+        if create and not resume:
             distributed.on_main(lambda: create_run_dir(run.root, cfg))
         if main:
             print(f"run directory: {run.root}")
@@ -219,10 +245,7 @@ def _run_loop(trainer_class, cfg, run, *, resume: bool) -> int:
             loop.train()
         except KeyboardInterrupt:
             if main:
-                print(
-                    f"interrupted; continue with: ragen {run.command} --resume {run.root}",
-                    file=sys.stderr,
-                )
+                print(f"interrupted; continue with: {run.resume_line}", file=sys.stderr)
             return 130
         if loop.state.diverged is not None:
             if main:
@@ -241,10 +264,9 @@ def _sft_config(args: argparse.Namespace):
     import json
     from pathlib import Path
 
-    from ragen import config, envs
-    from ragen.envs.experts import has_expert
+    from ragen import config
     from ragen.run.rundir import RunDir, default_run_root
-    from ragen.train.preflight import check_references, import_envs
+    from ragen.train.preflight import check_expert, check_references
 
     if args.env and "=" in args.env:  # `ragen sft --resume RUN key=value`: no env named
         args.env, args.overrides = None, [args.env, *args.overrides]
@@ -259,12 +281,7 @@ def _sft_config(args: argparse.Namespace):
     cfg = check_references(
         config.load(preset, [*args.overrides, f"env.name={json.dumps(args.env)}"])
     )
-    import_envs(cfg)  # an env of the user's is imported only now, to be played
-    if not has_expert(envs.make(cfg.env.name, **cfg.env.options)):
-        raise UsageError(
-            f"{args.env} has no expert to imitate: ragen sft plays ragen's games and any env "
-            "with an expert(limit, located) method (docs/guides/adding-an-environment.md)"
-        )
+    check_expert(cfg)
     out = Path(args.out) if args.out else default_run_root(f"sft-{args.env}")
     run = RunDir(out, command="sft")
     run.check_new()

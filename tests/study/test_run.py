@@ -142,6 +142,20 @@ def test_keep_checkpoints_keeps_a_finished_runs_checkpoints(tmp_path, study_file
     assert saved == ["step_000001", "step_000002"]
 
 
+def test_a_finished_runs_own_warm_start_loses_its_checkpoints_too(tmp_path):
+    run = RunDir(tmp_path / "run")  # a run with sft.warm_start: RL's checkpoints, and its stage's
+    for folder in (run.checkpoint(2), run.warm_start.checkpoint(4)):
+        folder.mkdir(parents=True)
+        with open(folder / "model.safetensors", "wb") as weights:
+            weights.truncate(2**29)  # half a GiB by its size, sparse on disk
+    (run.warm_start.metrics).write_text('{"step": 0}\n')
+    said = []
+    runner._drop_checkpoints(run, said.append)
+    assert not run.checkpoints.exists() and not run.warm_start.checkpoints.exists()
+    assert said == ["removed its checkpoints (1.0 GiB; --keep-checkpoints keeps them)"]
+    assert run.warm_start.metrics.is_file()  # the logs the study reads stay
+
+
 def test_a_run_folder_without_a_checkpoint_is_set_aside(tmp_path, study_file):
     out = tmp_path / "out"
     planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)

@@ -103,6 +103,12 @@ def check_combinations(c: Config) -> Config:
             "a head on the policy's trunk reads all of its layers; leave critic_layers null, "
             "or use critic_body=copy to cut a copy",
         )
+    if c.sft.warm_start and 0 < t.max_minutes <= c.sft.warm_start_minutes:
+        raise _contradiction(
+            "sft.warm_start_minutes and trainer.max_minutes",
+            f"{c.sft.warm_start_minutes:g} >= {t.max_minutes:g}",
+            "the warm start would leave RL no time; lower sft.warm_start_minutes",
+        )
     _check_fsdp(c)
     if not is_device(t.device):
         raise ConfigError(

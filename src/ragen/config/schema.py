@@ -587,6 +587,17 @@ class SftConfig:
     toward and careful read only what `env.options.offsets` writes out (the goal's offsets,
     the holes beside); optimal needs the whole map. Success of each on the evaluation lakes:
     docs/results/frozen-lake.md. Other envs ignore it."""
+    warm_start: bool = False
+    """`ragen train` first runs `ragen sft` with this config (these sft.* settings, under
+    warm_start_minutes) in RUN/warm_start, then RL from its last checkpoint: RUN/config.yaml
+    then becomes the RL stage's (model.spec that checkpoint, warm_start false,
+    trainer.max_minutes what the warm start left of it). The env needs an expert. No effect
+    on `ragen sft` itself."""
+    warm_start_minutes: float = opt(0.0, ge=0.0)
+    """Wall-clock budget of the warm start, by trainer.max_minutes' rule; 0: it ends at
+    sft.steps, or at trainer.max_minutes (the whole budget) if that comes first. With
+    trainer.max_minutes > 0 the RL stage gets what the warm start, model loading and
+    evaluations included, left of it."""
 
 
 @dataclass

@@ -30,11 +30,13 @@ class Panel:
 
 @dataclass(frozen=True)
 class Plot:
-    """One PNG file of side-by-side panels."""
+    """One PNG file of side-by-side panels; ``warm_starts``: each run's warm start (its
+    `ragen sft` stage, steps counted from its own start) is drawn too, after the runs."""
 
     name: str
     title: str
     panels: tuple[Panel, ...]
+    warm_starts: bool = False
 
 
 PLOTS = (
@@ -62,6 +64,7 @@ PLOTS = (
             Panel("loss (NLL per reply token)", (names.SFT_LOSS,)),
             Panel("gradient norm", (names.SFT_GRAD_NORM,), log_y=True),
         ),
+        warm_starts=True,
     ),
     Plot("grad_norm", "Gradient norm", (Panel("gradient norm", (names.GRAD_NORM,), log_y=True),)),
     Plot(
@@ -177,8 +180,15 @@ def plot_data(
     """{plot name: {panel title: curves}}, only plots and panels with at least one curve."""
     data = {}
     for plot in PLOTS:
-        panels = {p.title: panel_series(p, runs, alpha) for p in plot.panels}
+        drawn = plotted(plot, runs)
+        panels = {p.title: panel_series(p, drawn, alpha) for p in plot.panels}
         panels = {title: curves for title, curves in panels.items() if curves}
         if panels:
             data[plot.name] = panels
     return data
+
+
+def plotted(plot: Plot, runs: Sequence[RunData]) -> list[RunData]:
+    """The runs ``plot`` draws: ``runs``, then their warm starts if it shows them."""
+    stages = [r.warm_start for r in runs if r.warm_start is not None] if plot.warm_starts else []
+    return [*runs, *stages]

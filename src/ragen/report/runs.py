@@ -4,13 +4,14 @@ replayed through the collapse detector) and its evaluation summaries."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragen.monitor.collapse import Alert, is_finite_number, replay
 from ragen.monitor.settings import detector_settings
-from ragen.run.jsonl import read_jsonl
-from ragen.run.rundir import BEFORE_TRAINING, RunDir, check_metrics
+from ragen.run.jsonl import RunDirError, read_jsonl
+from ragen.run.rundir import BEFORE_TRAINING, RunDir, check_metrics, read_stage_record
 
 
 @dataclass
@@ -34,6 +35,12 @@ class RunData:
     evaluation folder, its summaries (no step)."""
     evaluation: bool = False
     """The folder of a standalone evaluation (`ragen eval --out`): no training, no metrics."""
+    warm_start: RunData | None = None
+    """The `ragen sft` stage the run began with (RUN/warm_start, ``sft.warm_start``), read as
+    a run of its own and named RUN/warm_start; None without one."""
+    stage: dict | None = None
+    """Of a warm start: its stage.json (steps, minutes, the checkpoint RL started from);
+    None when it has none, or one that cannot be read."""
 
     @property
     def steps(self) -> int:
@@ -69,7 +76,13 @@ def load_run(root: str | Path, replay_with: Sequence[str] | None = None) -> RunD
         first = {"step": BEFORE_TRAINING, **{f"eval/{env}/success": v for env, v in before.items()}}
         records = [first, *records]
     name = run.root.resolve().name
-    return RunData(name, run.root, records, alerts, source, len(read.skipped), evals)
+    data = RunData(name, run.root, records, alerts, source, len(read.skipped), evals)
+    if run.warm_start.metrics.is_file():
+        data.warm_start = load_run(run.warm_start.root, replay_with)
+        data.warm_start.name = f"{name}/{run.warm_start.root.name}"
+        with suppress(RunDirError):  # a damaged stage.json: the stage without its minutes
+            data.warm_start.stage = read_stage_record(run.warm_start)
+    return data
 
 
 def _load_evaluation(run: RunDir) -> RunData:

@@ -88,7 +88,8 @@ def summary_markdown(runs: Sequence[RunData]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        for s in summarize_run(run):
+        stages = [run] if run.warm_start is None else [run.warm_start, run]
+        for s in (row for stage in stages for row in summarize_run(stage)):
             peak = f"{_cell(s.peak)} ({_cell(s.peak_step)})" if s.peak is not None else "—"
             cells = [s.run, s.success_of, _cell(s.before), peak, _cell(s.final)]
             cells += [_cell(s.collapse_step), _cell(s.warning_step), _cell(s.lead_time)]
@@ -106,6 +107,8 @@ def summary_markdown(runs: Sequence[RunData]) -> str:
         if run.evaluation:
             lines.append(f"- {run.name}: an evaluation folder (no training, no alerts)")
             continue
+        if run.warm_start is not None:
+            lines.append(f"- {run.warm_start.name}: the warm start ({_stage_words(run)})")
         torn = f"; {run.skipped_lines} torn line(s) skipped" if run.skipped_lines else ""
         lines.append(
             f"- {run.name}: {run.steps} steps, {len(run.alerts)} alert(s) "
@@ -143,11 +146,12 @@ def _counted(summary: dict) -> bool:
 
 
 def _eval_story(run: RunData) -> list[str]:
-    """A sentence per evaluated env: before training against the last evaluation."""
+    """A sentence per evaluated env: the starting policy (`_starting_eval`) against the
+    last evaluation."""
     out = []
     for env in dict.fromkeys(e["env"] for e in run.evals):
         mine = [e for e in run.evals if e["env"] == env]
-        before = next((e for e in reversed(mine) if e["step"] == BEFORE_TRAINING), None)
+        before, since = _starting_eval(run, env)
         after = next((e for e in reversed(mine) if e["step"] != BEFORE_TRAINING), None)
         if after is None:
             continue
@@ -158,7 +162,7 @@ def _eval_story(run: RunData) -> list[str]:
                 "(trainer.eval_before=true makes one)."
             )
             continue
-        change = f"{env}: {before['success']:.1%} before training, {final}"
+        change = f"{env}: {before['success']:.1%} {since}, {final}"
         if not (_counted(before) and _counted(after)):
             out.append(f"{change}.")
             continue
@@ -177,6 +181,20 @@ def _eval_story(run: RunData) -> list[str]:
             read = f"{z:+.1f} SE on {episodes}"
         out.append(f"{change} ({points:+.1f} points, {read}): {_verdict(z)}.")
     return out
+
+
+def _starting_eval(run: RunData, env: str) -> tuple[dict | None, str]:
+    """The evaluation on ``env`` of the policy ``run`` started from, and its words: the one
+    before training; without it, its warm start's last (the same policy, on the same seeds,
+    as the same config evaluates them); None if neither."""
+    mine = [e for e in run.evals if e["env"] == env and e["step"] == BEFORE_TRAINING]
+    if mine:
+        return mine[-1], "before training"
+    if run.warm_start is not None:
+        warm = [e for e in run.warm_start.evals if e["env"] == env]
+        if warm and warm[-1]["step"] != BEFORE_TRAINING:
+            return warm[-1], "after the warm start"
+    return None, "before training"
 
 
 def _alert_story(run: RunData) -> str:
@@ -207,11 +225,37 @@ def story(runs: Sequence[RunData]) -> list[str]:
             continue
         head = f"{run.name} ({run.steps} steps): " if len(runs) > 1 else ""
         told = _eval_story(run) or [_row_story(row) for row in summarize_run(run)]
+        if run.warm_start is not None:
+            told.insert(0, _warm_start_story(run))
         lines.append(head + " ".join([*filter(None, told), _alert_story(run)]))
     evaluations = [run for run in runs if run.evaluation]
     for other in evaluations[1:]:
         lines += _agreement_story(evaluations[0], other)
     return lines
+
+
+def _stage_words(run: RunData) -> str:
+    """The warm start of ``run`` in a few words: its steps (and minutes, from stage.json)."""
+    assert run.warm_start is not None
+    stage = run.warm_start.stage
+    minutes = f" in {stage['minutes']:.1f} min" if stage is not None else ""
+    return f"{run.warm_start.steps} steps of ragen sft{minutes}"
+
+
+def _warm_start_story(run: RunData) -> str:
+    """The warm start ``run`` began with, in a sentence: its steps and minutes, its loss at
+    the first and last step, and its last evaluation of each env."""
+    assert run.warm_start is not None
+    warm = run.warm_start
+    said = [f"Warm start ({warm.name}): {_stage_words(run)}"]
+    _, losses = series(warm.records, names.SFT_LOSS)
+    if losses:
+        said.append(f"loss {losses[0]:.3f} → {losses[-1]:.3f} per reply token")
+    last = {e["env"]: e for e in warm.evals if e["step"] != BEFORE_TRAINING}
+    if last:
+        shown = ", ".join(f"{env} {e['success']:.1%}" for env, e in last.items())
+        said.append(f"then {shown} at its last evaluation")
+    return "; ".join(said) + ". RL started from its last checkpoint."
 
 
 def _evaluation_story(summary: dict) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragen.report.curves import DEFAULT_SMOOTHING, PLOTS, plot_data
+from ragen.report.curves import DEFAULT_SMOOTHING, PLOTS, plot_data, plotted
 from ragen.report.figures import draw
 from ragen.report.runs import RunData, load_run
 from ragen.report.summary import story, summary_markdown
@@ -56,13 +56,15 @@ def write_report_of(
         # the legend tells runs apart by name: runs/a/seed0 and runs/b/seed0 become a/seed0
         for run in runs:
             run.name = "/".join(run.root.resolve().parts[-2:])
+            if run.warm_start is not None:
+                run.warm_start.name = f"{run.name}/{run.warm_start.root.name}"
     out.mkdir(parents=True, exist_ok=True)
     written = []
     data = plot_data(runs, alpha)
     for plot in PLOTS:
         if plot.name in data:
             path = out / f"{plot.name}.png"
-            draw(plot, data[plot.name], runs).savefig(path, dpi=110)
+            draw(plot, data[plot.name], plotted(plot, runs)).savefig(path, dpi=110)
             written.append(path)
     summary = out / "summary.md"
     summary.write_text(summary_markdown(runs), encoding="utf-8")

@@ -10,6 +10,8 @@ Layout (read by `ragen report`, the viewer and the tests)::
     RUN_DIR/alerts.jsonl           collapse warnings
     RUN_DIR/checkpoints/step_000050/
     RUN_DIR/tb/                    TensorBoard events
+    RUN_DIR/warm_start/            with sft.warm_start: the `ragen sft` stage RL started from,
+                                   a run directory of its own, and its stage.json once it ended
 
 Every write is a whole line, flushed and fsynced before the call returns, so a run killed at
 any moment keeps every completed step; a reader skips the torn last line of a killed run.
@@ -18,6 +20,7 @@ any moment keeps every completed step; a reader skips the torn last line of a ki
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import tempfile
@@ -35,6 +38,14 @@ from ragen.run.jsonl import RunDirError, write_atomic
 BEFORE_TRAINING = -1
 """The step of an evaluation made before the first update (``trainer.eval_before``)."""
 
+WARM_START = "warm_start"
+"""The folder of a run's warm start (``sft.warm_start``) inside the run directory."""
+
+STAGE_RECORD = "stage.json"
+"""A warm start's record, written once its last checkpoint is saved: ``checkpoint`` (the
+folder RL starts from), ``steps``, ``minutes`` (its wall time), ``rl_max_minutes`` (the RL
+stage's budget); see ragen.train.warm_start."""
+
 SEED_SUCCESSES = "seed_successes"
 """The eval.jsonl key of an evaluation's levels' successes: a list, one count in [0, k] a seed
 (read level by level in ragen.report.paired)."""
@@ -46,7 +57,25 @@ class RunDir:
 
     root: Path
     command: str = field(default="train", compare=False)
-    """The `ragen` command that resumes this run (named in write-error messages)."""
+    """The `ragen` command that wrote this run (``train`` or ``sft``)."""
+    parent: Path | None = field(default=None, compare=False)
+    """The run whose warm start this run is: resuming that one continues this one."""
+
+    @property
+    def resume_line(self) -> str:
+        """The command that continues this run (named in write-error messages)."""
+        if self.parent is not None:
+            return f"ragen train --resume {self.parent}"
+        return f"ragen {self.command} --resume {self.root}"
+
+    @property
+    def warm_start(self) -> RunDir:
+        """The run's warm start (``sft.warm_start``), there or not."""
+        return RunDir(self.root / WARM_START, command="sft", parent=self.root)
+
+    @property
+    def stage_record(self) -> Path:
+        return self.root / STAGE_RECORD
 
     @property
     def config(self) -> Path:
@@ -120,7 +149,7 @@ class RunDir:
         try:
             yield
         except WRITE_ERRORS as err:
-            then = then or f"ragen {self.command} --resume {self.root}"
+            then = then or self.resume_line
             raise RunDirError(
                 f"cannot write {path}: {_write_reason(err)}; {_fix(err, then)}"
             ) from err
@@ -206,3 +235,26 @@ def rewrite_config(run: RunDir, config: Config) -> None:
     """Replace a run's config.yaml (a resumed run with overrides records what it runs)."""
     with run.writing(run.config):
         write_atomic(run.config, to_yaml(config))
+
+
+def read_stage_record(stage: RunDir) -> dict | None:
+    """A warm start's ``stage.json`` (see STAGE_RECORD): None while the stage has not ended;
+    RunDirError, saying how to record it again, when the file is damaged."""
+    path = stage.stage_record
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = None
+    numbers = ("steps", "minutes", "rl_max_minutes")
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("checkpoint"), str)
+        and all(type(record.get(k)) in (int, float) for k in numbers)
+    ):
+        raise RunDirError(
+            f"{path} is damaged: it records the checkpoint RL starts from; delete it, and "
+            f"{stage.resume_line} records it again from the warm start's last checkpoint"
+        )
+    return record

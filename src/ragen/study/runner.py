@@ -280,10 +280,12 @@ def _check_warm_start(run: PlannedRun) -> None:
 
 
 def _drop_checkpoints(run: RunDir, say: Callable[[str], None]) -> None:
-    """Remove a finished run's checkpoints, saying how much space that gave back."""
-    folder = run.checkpoints
-    if not folder.is_dir():
+    """Remove a finished run's checkpoints, and those of its own warm start
+    (``sft.warm_start``), saying how much space that gave back."""
+    folders = [f for f in (run.checkpoints, run.warm_start.checkpoints) if f.is_dir()]
+    if not folders:
         return
-    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-    shutil.rmtree(folder)
+    size = sum(f.stat().st_size for folder in folders for f in folder.rglob("*") if f.is_file())
+    for folder in folders:
+        shutil.rmtree(folder)
     say(f"removed its checkpoints ({size / 2**30:.1f} GiB; --keep-checkpoints keeps them)")

@@ -8,6 +8,8 @@
   config names, imported only when a run starts and before it writes anything.
 - :func:`check_runnable`: the device exists, the model's folder, config and chat template are
   intact, the LoRA targets and rank fit the model.
+- :func:`check_start`: all that, when `ragen train` or `ragen sft` starts a run; and
+  :func:`check_expert` for the runs that imitate the env's expert.
 
 Nothing here reads weights: the model is built on the ``meta`` device (every module and
 shape, no storage), so a 0.5B model costs about what the tiny one does.
@@ -24,7 +26,9 @@ from ragen import envs, models
 from ragen.algos import advantages
 from ragen.config import Config, ConfigError, ModelConfig, env_options, is_device
 from ragen.config.errors import reason, shown
+from ragen.envs.experts import has_expert
 from ragen.rollout import rewards
+from ragen.train import distributed
 
 ALL_LINEAR = "all-linear"
 
@@ -151,6 +155,27 @@ def _check_built_envs(c: Config, names: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------- a run can start
+
+
+def check_start(c: Config) -> None:
+    """What a run checks before it makes its folder: the user code ``c`` names, imported
+    only now that a run starts, and whether it can train here (one line if not)."""
+    import_envs(c)
+    check_runnable(c)  # builds the worked turns of the envs just imported
+    import_reward_terms(c)
+    distributed.check_split(c.rollout.groups)  # torchrun: every process refuses, at once
+
+
+def check_expert(c: Config, head: str = "", fix: str = "") -> None:
+    """Refuse, in one line (``head`` first, ``fix`` last), an env with no expert to imitate;
+    an env of the user's is imported here."""
+    import_envs(c)
+    if not has_expert(envs.make(c.env.name, **c.env.options)):
+        raise ConfigError(
+            f"{head}{c.env.name} has no expert to imitate: ragen sft plays ragen's games and "
+            "any env with an expert(limit, located) method "
+            f"(docs/guides/adding-an-environment.md){fix}"
+        )
 
 
 def check_runnable(config: Config) -> None:

@@ -27,9 +27,10 @@ RUN_KEYS = ("env.name",)
 
 def check_resume(run: RunDir, saved: Config, asked: Config, *, sft: bool = False) -> None:
     """Refuse a resume of ``run`` (trained with ``saved``) with settings its checkpoints
-    cannot take (``asked``): another game, another model or LoRA, a critic added or dropped
-    (RL runs), fewer steps than are done (``sft.steps`` for a `ragen sft` run). Reads only;
-    raises ConfigError with one line naming the key and the fix."""
+    cannot take (``asked``): another game, another model or LoRA, a warm start turned on or
+    off, a critic added or dropped (RL runs), fewer steps than are done (``sft.steps`` for a
+    `ragen sft` run). Reads only; raises ConfigError with one line naming the key and the
+    fix."""
     keys = RUN_KEYS + SHAPING_KEYS + (LORA_KEYS if saved.model.lora_rank > 0 else ())
     for key in keys:
         section, name = key.split(".")
@@ -40,6 +41,12 @@ def check_resume(run: RunDir, saved: Config, asked: Config, *, sft: bool = False
                 f"config: {key}={after} cannot apply to {run.root}, whose checkpoints were "
                 f"trained with {key}={before}: drop the override, or start a new run with --out"
             )
+    if saved.sft.warm_start != asked.sft.warm_start:
+        raise ConfigError(
+            f"config: a resume cannot turn sft.warm_start {'off' if saved.sft.warm_start else 'on'}"
+            f" ({run.root} runs with sft.warm_start={str(saved.sft.warm_start).lower()}): drop "
+            "the override, or start a new run with --out"
+        )
     if not sft:
         _check_critic(run, saved, asked)
     done = checkpoint.complete_checkpoints(run)
