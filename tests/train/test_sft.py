@@ -16,8 +16,13 @@ from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir
 from ragen.train.sft import supervised_update
 
+# Dialogues of up to two turns without worked demonstrations: the shortest rows that still
+# hold several replies, each with its own loss tokens.
+SHORT = ["rollout.demos=0", "rollout.max_turns=2"]
+
 SMALL = [
     "model.spec=tiny",
+    *SHORT,
     "sft.dialogues=4",
     "sft.micro_batch_size=2",
     "sft.lr=1e-3",
@@ -30,7 +35,7 @@ SMALL = [
 
 
 def _batch(tokenizer, seeds=(0, 1, 2)):
-    c = config.load("sokoban")
+    c = config.load("sokoban", SHORT)
     spec = RolloutSpec.from_config(c.rollout)
     return collate(expert_dialogues(tokenizer, "sokoban", list(seeds), spec), 0)
 
