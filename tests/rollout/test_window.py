@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragen import envs, models
+from ragen import envs
 from ragen.rollout.engines import Sample, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 from ragen.rollout.samples import TurnSamples
@@ -49,11 +49,6 @@ class Recorder:
 
     def release(self, keys):
         pass
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return models.load_tokenizer("smollm2-135m")
 
 
 @pytest.fixture(scope="module")
