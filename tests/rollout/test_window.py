@@ -244,7 +244,9 @@ def test_engines_play_windowed_turns_alike_and_score_them_as_sampled(tiny, windo
         ends = [0] + [t.reply_end for t in traj.turns[:-1]]
         assert [t.context_start for t in traj.turns] == ends
     samples = TurnSamples.of(trajs).batch(collate(trajs, 0), 0)
-    with torch.no_grad():
-        logp, _ = token_logprobs(model, samples.input_ids, samples.attention_mask)
+    with torch.no_grad():  # the reply tokens, as the update scores them
+        logp, _ = token_logprobs(
+            model, samples.input_ids, samples.attention_mask, samples.loss_mask
+        )
     on = samples.loss_mask != 0
     assert (logp[on] - samples.logprobs[on]).abs().max() < 1e-4
