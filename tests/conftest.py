@@ -79,6 +79,14 @@ def embedded():
 
 
 @pytest.fixture(scope="session")
+def tokenizer():
+    """The embedded model's tokenizer (the tiny model's too), loaded once per session."""
+    from ragen import models
+
+    return models.load_tokenizer("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
 def tiny():
     """The tiny 2-layer test model as (model, tokenizer)."""
     from ragen import models

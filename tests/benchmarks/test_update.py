@@ -9,6 +9,7 @@ from benchmarks import update
 
 TINY = [
     *TINY_RL,
+    "rollout.demos=0",  # short rows: the plain path's full (B, T, V) logits grow with T
     "algo.filter_ratio=1",
     "trainer.mini_batch_size=8",
     "trainer.update_dtype=float32",

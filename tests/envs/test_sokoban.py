@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragen import envs, models
+from ragen import envs
 from ragen.envs.base import GenerationError
 from ragen.envs.sokoban import SokobanEnv
 from ragen.envs.sokoban_levels import generate_room, solve
@@ -139,8 +139,7 @@ def test_spaced_rooms_are_the_same_rooms_and_moves_with_a_space_between_cells():
     ]
 
 
-def test_spaced_cells_are_one_token_each_for_the_embedded_tokenizer():
-    tokenizer = models.load_tokenizer("smollm2-135m")
+def test_spaced_cells_are_one_token_each_for_the_embedded_tokenizer(tokenizer):
     text = SokobanEnv(spaced=True).reset(0)  # walls, floor, box and player
     for row in text.splitlines():
         assert len(tokenizer(row)["input_ids"]) == 6

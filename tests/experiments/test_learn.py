@@ -158,7 +158,7 @@ def test_a_run_stopped_with_ctrl_c_or_kill_is_recorded_without_a_final_evaluatio
     overrides = ["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"]
     overrides += ["rollout.groups=2", "rollout.group_size=2", "trainer.steps=1"]
     overrides += ["trainer.mini_batch_size=2", "trainer.micro_batch_size=2"]
-    overrides += ["logging.progress=false"]
+    overrides += ["logging.progress=false", "trainer.eval_episodes=2"]
     argv = ["learn.py", "sokoban", "--eval-n", "2", "--name", "probe", *overrides]
     monkeypatch.setattr("sys.argv", [*argv, "--out", str(tmp_path / "run")])
     learn.main()
@@ -198,8 +198,10 @@ def test_a_fingerprint_saved_before_a_config_key_existed_is_still_this_ones(tmp_
         learn.load_base(saved_run(tmp_path, changed), fp)
 
 
+# The run's own evaluation after its last step plays 2 episodes (learn.py's are --eval-n)
 TINY_RUN = [
     *["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"],
+    "trainer.eval_episodes=2",
     *["rollout.groups=2", "rollout.group_size=2", "trainer.mini_batch_size=2"],
     *["trainer.micro_batch_size=2", "logging.progress=false", "trainer.save_every=1"],
 ]

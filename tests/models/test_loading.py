@@ -35,6 +35,15 @@ def test_any_local_hf_folder_loads(tiny, tmp_path):
     assert loaded_tok("a b c")["input_ids"] == ids[0].tolist()
 
 
+def test_a_tokenizer_is_read_once_per_folder_as_its_files_are(tiny_folder):
+    first = models.load_tokenizer(str(tiny_folder))
+    assert models.load_tokenizer(str(tiny_folder)) is first
+    assert models.load_policy(str(tiny_folder), dtype="float32")[1] is first
+    first.save_pretrained(tiny_folder)  # rewritten in place: read again
+    again = models.load_tokenizer(str(tiny_folder))
+    assert again is not first and again("a b c")["input_ids"] == first("a b c")["input_ids"]
+
+
 def test_chat_command_runs_offline(embedded, ragen_home):
     # Any network attempt would go to a dead local proxy and fail: loading must not try.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}

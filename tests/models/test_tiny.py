@@ -25,3 +25,14 @@ def test_building_tiny_leaves_global_rng_alone():
     torch.manual_seed(123)
     models.build_tiny(1000, seed=5)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_each_tiny_model_is_its_own_with_its_head_tied():
+    a, b = models.build_tiny(1000, seed=3), models.build_tiny(1000, seed=3)
+    assert torch.equal(a.lm_head.weight, b.lm_head.weight)
+    with torch.no_grad():
+        a.lm_head.weight.add_(1.0)  # trains one: the next copy starts where both started
+    assert not torch.equal(a.lm_head.weight, b.lm_head.weight)
+    assert torch.equal(models.build_tiny(1000, seed=3).lm_head.weight, b.lm_head.weight)
+    assert a.lm_head.weight is a.model.embed_tokens.weight  # tied, as the config says
+    assert b.lm_head.weight is b.model.embed_tokens.weight

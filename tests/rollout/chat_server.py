@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 Answer = tuple[int, dict, dict]  # status, JSON body, extra headers
@@ -78,7 +79,9 @@ def chat_server(answer: Callable[[dict, int], Answer]) -> Iterator[ChatServer]:
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server_state.url = f"http://127.0.0.1:{httpd.server_port}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for the serving loop to look up: every 10 ms, not the default 0.5 s
+    serve = partial(httpd.serve_forever, poll_interval=0.01)
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
         yield server_state

@@ -28,11 +28,6 @@ def _client(url: str) -> ChatClient:
     return ChatClient(url, "scripted", "sk-test", retries=0, backoff=0.01)
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return models.load_tokenizer("smollm2-135m")
-
-
 def _plan() -> list[list[str]]:
     env = envs.make("sokoban")
     env.reset(SEED)

@@ -1,12 +1,4 @@
-import pytest
-
-from ragen import models
 from ragen.rollout.dialogue import ChatFormat
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return models.load_tokenizer("smollm2-135m")
 
 
 def test_pieces_decode_to_the_rendered_transcript(tokenizer):

@@ -2,18 +2,13 @@
 
 import pytest
 
-from ragen import config, envs, models
+from ragen import config, envs
 from ragen.agent.prompts import worked_reply
 from ragen.envs.experts import ExpertError
 from ragen.envs.sokoban_levels import solve
 from ragen.rollout.engines import Sample, Stopper
 from ragen.rollout.expert import ExpertGenerator, expert_dialogues, expert_seeds
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return models.load_tokenizer("smollm2-135m")
 
 
 def _spec(preset: str) -> tuple[RolloutSpec, config.Config]:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from ragen import config, envs, models
+from ragen import config, envs
 from ragen.agent.parsing import parse_reply
 from ragen.envs.sokoban_levels import solve
 from ragen.rollout.engines import Sample, make_generator
@@ -41,11 +41,6 @@ class ScriptedReplies:
 
     def release(self, keys):
         self.released.update(keys)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return models.load_tokenizer("smollm2-135m")
 
 
 def _sokoban_solution(seed: int) -> list[str]:

@@ -6,7 +6,6 @@ import sys
 import pytest
 from tests.rollout.test_loop import ScriptedReplies
 
-from ragen import models
 from ragen.monitor.metrics import rollout_metrics
 from ragen.rollout import rewards
 from ragen.rollout.loop import RolloutSpec, rollout
@@ -17,11 +16,6 @@ SPEC = dict(max_turns=2, max_actions_per_turn=1, max_actions_per_episode=2, max_
 def double_answer_words(turn):
     """A user-defined term, imported by module:function."""
     return 2.0 * len(turn.answer.split())
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return models.load_tokenizer("smollm2-135m")
 
 
 def test_terms_add_up_to_the_reward_and_are_logged(tokenizer):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragen import envs, models
+from ragen import envs
 from ragen.rollout.engines import Sample, make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
 from ragen.rollout.samples import TurnSamples
@@ -49,11 +49,6 @@ class Recorder:
 
     def release(self, keys):
         pass
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return models.load_tokenizer("smollm2-135m")
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +244,9 @@ def test_engines_play_windowed_turns_alike_and_score_them_as_sampled(tiny, windo
         ends = [0] + [t.reply_end for t in traj.turns[:-1]]
         assert [t.context_start for t in traj.turns] == ends
     samples = TurnSamples.of(trajs).batch(collate(trajs, 0), 0)
-    with torch.no_grad():
-        logp, _ = token_logprobs(model, samples.input_ids, samples.attention_mask)
+    with torch.no_grad():  # the reply tokens, as the update scores them
+        logp, _ = token_logprobs(
+            model, samples.input_ids, samples.attention_mask, samples.loss_mask
+        )
     on = samples.loss_mask != 0
     assert (logp[on] - samples.logprobs[on]).abs().max() < 1e-4

@@ -188,14 +188,19 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory) -> RunDir:
-    """The reference: 4 steps in one process, checkpoints after steps 2 and 4."""
-    cfg = config.load("sokoban", [*RUN, "trainer.steps=4"])
-    run = create_run_dir(tmp_path_factory.mktemp("one") / "run", cfg)
+def _one_process(folder: Path, steps: int) -> RunDir:
+    """The reference: ``steps`` steps in one process, a checkpoint after every second."""
+    cfg = config.load("sokoban", [*RUN, f"trainer.steps={steps}"])
+    run = create_run_dir(folder / "run", cfg)
     with _one_thread():
         RunLoop(Trainer(cfg), run).train()
     return run
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> RunDir:
+    """The reference of the 2-process run: its 2 steps in one process."""
+    return _one_process(tmp_path_factory.mktemp("one"), 2)
 
 
 @pytest.fixture(scope="module")
@@ -255,12 +260,13 @@ def test_two_processes_train_what_one_process_trains(one_process, two_processes)
 # run exactly (test_trainer), two processes train what one does (above), and two processes
 # resume from their checkpoint (the FSDP2 test below; DDP loads it as one process does).
 @pytest.mark.slow
-def test_two_processes_resume_from_their_checkpoint(one_process, two_processes, tmp_path):
+def test_two_processes_resume_from_their_checkpoint(two_processes, tmp_path):
     run = RunDir(tmp_path / "resumed")
     shutil.copytree(two_processes.root, run.root)
     _ok(_torchrun(TWO_PROCESSES, ["--resume", str(run.root), "trainer.steps=4"]))
-    assert _mean_difference(run, one_process, 4) <= MEAN_WEIGHT_ATOL
-    _assert_same_metrics(run, one_process, steps=4)
+    four_steps = _one_process(tmp_path / "one", 4)
+    assert _mean_difference(run, four_steps, 4) <= MEAN_WEIGHT_ATOL
+    _assert_same_metrics(run, four_steps, steps=4)
 
 
 # Sharded models run the shared opening once per micro-batch (each of their forwards is a
@@ -270,12 +276,10 @@ FSDP = ["trainer.parallel=fsdp"]
 
 @pytest.fixture(scope="module")
 def sharded_reference(tmp_path_factory) -> RunDir:
-    """The sharded runs' reference: ``one_process`` with the opening run per micro-batch."""
-    cfg = config.load("sokoban", [*RUN, "trainer.steps=4"])
-    run = create_run_dir(tmp_path_factory.mktemp("one-micro") / "run", cfg)
-    with _one_thread(), each_micro_batch_runs_its_opening():
-        RunLoop(Trainer(cfg), run).train()
-    return run
+    """The sharded runs' reference: 3 steps in one process with the opening run per
+    micro-batch."""
+    with each_micro_batch_runs_its_opening():
+        return _one_process(tmp_path_factory.mktemp("one-micro"), 3)
 
 
 @pytest.fixture(scope="module")
@@ -302,12 +306,15 @@ def test_two_fsdp_processes_train_what_one_process_trains(sharded_reference, two
 def test_two_fsdp_processes_resume_from_their_checkpoint(
     sharded_reference, two_fsdp_processes, tmp_path
 ):
+    # One step past the checkpoint: optimiser states not restored, or restored to the wrong
+    # shards, move that step's update; it is the third step, analysed and evaluated
+    # (gradient_analysis_every=2, the last step).
     run = RunDir(tmp_path / "resumed")
     shutil.copytree(two_fsdp_processes.root, run.root)
-    _ok(_torchrun(TWO_PROCESSES, ["--resume", str(run.root), "trainer.steps=4"]))
+    _ok(_torchrun(TWO_PROCESSES, ["--resume", str(run.root), "trainer.steps=3"]))
     assert config.load(str(run.root / "config.yaml")).trainer.parallel == "fsdp"
-    assert _mean_difference(run, sharded_reference, 4) <= MEAN_WEIGHT_ATOL
-    _assert_same_metrics(run, sharded_reference, steps=4)
+    assert _mean_difference(run, sharded_reference, 3) <= MEAN_WEIGHT_ATOL
+    _assert_same_metrics(run, sharded_reference, steps=3)
 
 
 def test_a_sharded_update_pads_uneven_shares_and_skips_a_non_finite_step(tmp_path):

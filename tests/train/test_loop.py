@@ -93,9 +93,8 @@ def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_pat
 
 
 def test_wall_clock_budget_ends_the_run_after_one_step_with_a_checkpoint(tmp_path):
-    loop, run = _train(
-        tmp_path, "run", "trainer.steps=5", "trainer.max_minutes=1e-9", "trainer.eval_every=3"
-    )
+    budget = ("trainer.steps=5", "trainer.max_minutes=1e-9")
+    loop, run = _train(tmp_path, "run", *budget, "trainer.eval_every=3", "trainer.eval_episodes=2")
     assert [r["step"] for r in read_jsonl(run.metrics).records] == [0]
     assert [p.name for p in checkpoint.complete_checkpoints(run)] == ["step_000001"]
     evaluated = read_jsonl(run.evals).records  # the last step is evaluated, on every eval env

@@ -16,8 +16,13 @@ from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir
 from ragen.train.sft import supervised_update
 
+# Dialogues of up to two turns without worked demonstrations: the shortest rows that still
+# hold several replies, each with its own loss tokens.
+SHORT = ["rollout.demos=0", "rollout.max_turns=2"]
+
 SMALL = [
     "model.spec=tiny",
+    *SHORT,
     "sft.dialogues=4",
     "sft.micro_batch_size=2",
     "sft.lr=1e-3",
@@ -30,18 +35,21 @@ SMALL = [
 
 
 def _batch(tokenizer, seeds=(0, 1, 2)):
-    c = config.load("sokoban")
+    c = config.load("sokoban", SHORT)
     spec = RolloutSpec.from_config(c.rollout)
     return collate(expert_dialogues(tokenizer, "sokoban", list(seeds), spec), 0)
 
 
 def _masked_nll(model, batch) -> torch.Tensor:
-    """Token-mean NLL of the masked tokens from a plain full forward (no shared prefix): the
-    log-softmax taken at the masked positions only, the others weigh nothing."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    """Token-mean NLL of the masked tokens from a plain forward (no shared prefix): the
+    decoder over every token, the LM head and log-softmax at the masked positions only (the
+    others weigh nothing)."""
+    ids, attention = batch.input_ids, batch.attention_mask
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
     mask = batch.loss_mask[:, 1:].bool()
-    logp = torch.log_softmax(logits[:, :-1][mask].float(), dim=-1)  # (masked tokens, vocab)
-    return -logp.gather(-1, batch.input_ids[:, 1:][mask][:, None]).mean()
+    logits = model.get_output_embeddings()(hidden[:, :-1][mask])  # (masked tokens, vocab)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -logp.gather(-1, ids[:, 1:][mask][:, None]).mean()
 
 
 def _nll_by_hand(model, batch) -> float:

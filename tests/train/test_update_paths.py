@@ -23,13 +23,13 @@ from ragen.rollout.expert import ExpertGenerator
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateSettings, by_length, mini_batch_rows, ppo_update
 
-# Sokoban, up to three turns of one action: rows with several reply segments, so the
+# Sokoban, up to two turns of one action: rows with several reply segments, so the
 # advantages run across turns; 4 episodes, all kept, in micro-batches of 2.
 SMALL = [
     "model.spec=tiny",
     "rollout.groups=2",
     "rollout.group_size=2",
-    "rollout.max_turns=3",
+    "rollout.max_turns=2",
     "rollout.max_actions_per_turn=1",
     "rollout.max_reply_tokens=96",
     "rollout.demos=0",

@@ -3,6 +3,7 @@ skeleton of it for checks made before a run (``build_skeleton``), and the dtype 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -50,13 +51,34 @@ def load_tokenizer(
 ):
     """Load the tokenizer of ``spec`` ready for batched generation (left padding, pad id set).
     A folder's own code (its config's ``auto_map``) runs only with ``trust_remote_code``;
-    without it such a folder is a ModelError, never a question on standard input."""
-    from transformers import AutoTokenizer
+    without it such a folder is a ModelError, never a question on standard input.
 
+    Read once per process for a location as its files are (names, sizes, times) and these
+    options: later calls return the same tokenizer, which callers must not change (nothing
+    in ragen does). Reading one takes about 0.2 s of CPU, and a run asks for it up to three
+    times (the preflight check, the skeleton of the tiny model, the policy)."""
     source = resolve(spec)
     if source.kind == "tiny":
         source = resolve(DEFAULT_SPEC)
     location = _load_location(source, allow_download)
+    return _read_tokenizer(location, allow_download, trust_remote_code, _files_stamp(location))
+
+
+def _files_stamp(location: str) -> tuple[tuple[str, int, int], ...]:
+    """(name, size, modification time) of each file of a folder, () for a Hub id: a folder
+    rewritten in place is read again."""
+    folder = Path(location)
+    if not folder.is_dir():
+        return ()
+    stats = [(p.name, p.stat()) for p in folder.iterdir() if p.is_file()]
+    return tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in stats))
+
+
+@lru_cache(maxsize=4)
+def _read_tokenizer(location: str, allow_download: bool, trust_remote_code: bool, stamp: tuple):
+    """The tokenizer at ``location`` (see `load_tokenizer`); ``stamp`` keys the cache only."""
+    from transformers import AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             location, local_files_only=not allow_download, trust_remote_code=trust_remote_code
