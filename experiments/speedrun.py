@@ -55,7 +55,7 @@ from experiments import blind_play, lake_ceiling, step_record
 from ragen import config, envs
 from ragen.envs.bandit import arm_order
 from ragen.envs.experts import careful_move, goal_probabilities, policy_success
-from ragen.envs.frozen_lake import ACTIONS, toward_goal, transition_table
+from ragen.envs.frozen_lake import ACTIONS, neighbours, toward_goal, transition_table
 from ragen.run.jsonl import read_jsonl, write_atomic
 from ragen.train.evaluator import eval_seeds
 from ragen.train.preflight import check_references
@@ -136,10 +136,8 @@ def rate_and_error(summary: dict) -> dict:
 
 def holes_beside_count(rows: tuple[str, ...], cell: int) -> int:
     """How many of the (up to four) cells beside ``cell`` are holes."""
-    size, tiles = len(rows), "".join(rows)
-    row, col = divmod(cell, size)
-    near = ((row + dr, col + dc) for dr, dc in ((0, -1), (1, 0), (0, 1), (-1, 0)))
-    return sum(0 <= r < size and 0 <= c < size and tiles[r * size + c] == "H" for r, c in near)
+    tiles = "".join(rows)
+    return sum(near is not None and tiles[near] == "H" for near in neighbours(len(rows), cell))
 
 
 def lake_agreement(episodes_file: Path, options: dict) -> dict:

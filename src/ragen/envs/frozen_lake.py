@@ -474,18 +474,27 @@ class FrozenLakeEnv:
         return self._state
 
 
+def neighbours(size: int, cell: int) -> tuple[int | None, ...]:
+    """The cell one step from ``cell`` in each direction, in ACTIONS order; None past the
+    lake's edge."""
+    row, col = divmod(cell, size)
+    return tuple(
+        (row + d_row) * size + col + d_col
+        if 0 <= row + d_row < size and 0 <= col + d_col < size
+        else None
+        for d_row, d_col in _MOVES
+    )
+
+
 def holes_beside(rows: tuple[str, ...], cell: int, anchor: str = "me") -> str:
     """A sentence on the holes next to ``cell`` (in ACTIONS order): "No hole is beside me.",
     "A hole O is 1 below me." or "Holes O are 1 left of me and 1 below me." (``anchor``
     names the player)."""
-    size = len(rows)
-    row, col = divmod(cell, size)
+    tiles = "".join(rows)
     holes = [
         relative_position(d_row, d_col, anchor)
-        for d_row, d_col in _MOVES
-        if 0 <= row + d_row < size
-        and 0 <= col + d_col < size
-        and rows[row + d_row][col + d_col] == "H"
+        for (d_row, d_col), near in zip(_MOVES, neighbours(len(rows), cell), strict=True)
+        if near is not None and tiles[near] == "H"
     ]
     if not holes:
         return f"No hole is beside {anchor}."
@@ -502,11 +511,10 @@ def edges_beside(size: int, cell: int, anchor: str = "me") -> str:
     """A sentence on the lake's edges next to ``cell`` (in ACTIONS order): "No edge is beside
     me.", "The edge is above me." or "Edges are left of me and above me." (``anchor`` names
     the player)."""
-    row, col = divmod(cell, size)
     sides = [
         f"{side} {anchor}"
-        for side, (d_row, d_col) in zip(_EDGE_SIDES, _MOVES, strict=True)
-        if not (0 <= row + d_row < size and 0 <= col + d_col < size)
+        for side, near in zip(_EDGE_SIDES, neighbours(size, cell), strict=True)
+        if near is None
     ]
     if not sides:
         return f"No edge is beside {anchor}."

@@ -55,8 +55,8 @@ def load_tokenizer(
 
     Read once per process for a location as its files are (names, sizes, times) and these
     options: later calls return the same tokenizer, which callers must not change (nothing
-    in ragen does). Reading one takes about 0.2 s of CPU, and a run asks for it up to three
-    times (the preflight check, the skeleton of the tiny model, the policy)."""
+    in ragen does): a run asks for it up to three times (the preflight check, the skeleton
+    of the tiny model, the policy)."""
     source = resolve(spec)
     if source.kind == "tiny":
         source = resolve(DEFAULT_SPEC)

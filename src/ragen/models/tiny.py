@@ -35,7 +35,7 @@ def build_tiny(vocab_size: int, *, seed: int = 0, eos_token_id: int | None = Non
 
     The embedding table dominates its size (vocab_size × 64). Each call returns a model of
     its own, a copy of the one initialised once per process for these arguments: the same
-    weights, in a twentieth of the time the initialisation takes.
+    weights, without initialising them again.
     """
     return copy.deepcopy(_initialised(vocab_size, seed, eos_token_id))
 
