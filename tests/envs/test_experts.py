@@ -15,7 +15,14 @@ from ragen.envs.experts import (
     policy_success,
     turn_play_success,
 )
-from ragen.envs.frozen_lake import toward_goal, transition_table
+from ragen.envs.frozen_lake import (
+    ACTIONS,
+    SIDE_KINDS,
+    generate_map,
+    side_kinds,
+    toward_goal,
+    transition_table,
+)
 from ragen.envs.sokoban_levels import solve
 from ragen.envs.sokoban_room import Room
 
@@ -283,7 +290,9 @@ def test_the_toward_lake_expert_repeats_the_move_along_the_larger_offset(rows, m
     assert expert_move(env, 2, 1, lake="toward").answer == moves[:1]  # one action left
     located = expert_move(env, 2, 10, "located", lake="toward").thought
     assert located.startswith("I am at row ") and located.endswith(thought.split(". ", 1)[1])
-    with pytest.raises(ValueError, match="lake must be one of optimal, toward, careful; got 'x'"):
+    with pytest.raises(
+        ValueError, match="lake must be one of optimal, toward, careful, sides; got 'x'"
+    ):
         expert_move(env, 2, 10, lake="x")
 
 
@@ -380,3 +389,59 @@ def test_careful_lake_play_scores_what_its_policy_is_worth():
                 break
     assert wins / 3000 == pytest.approx(exact, abs=0.03)  # SE about 0.009
     assert exact > toward
+
+
+@pytest.mark.parametrize(
+    ("rows", "thought"),
+    [
+        # The careful lake above: the edge left, Down and Right one step nearer the goal,
+        # the hole above; Down turns its back on the hole.
+        (
+            ("HFF", "SFF", "FFG"),
+            "The goal G is 1 below and 2 right of me. Left wall, Down toward, Right toward, "
+            "Up hole. Worst is Up; a slip never goes back, so I go Down.",
+        ),
+        # The goal straight above the bottom row: Up's slips go Left or Right, both a step
+        # away, (1 + 3 + 3) / 3 from the goal on average; Left's go Up or into the edge
+        # below, where the player stays, (3 + 1 + 2) / 3. Left and Right tie; Left comes
+        # first in ACTIONS order, so Right is the side named worst.
+        (
+            ("FGF", "FFF", "FSF"),
+            "The goal G is 2 above me. Left away, Down wall, Right away, Up toward. Worst is "
+            "Right; a slip never goes back, so I go Left.",
+        ),
+    ],
+)
+def test_the_sides_lake_expert_moves_opposite_the_worst_side(rows, thought):
+    env = envs.make("frozen-lake")
+    env.load(rows, 0)
+    move = expert_move(env, 1, 10, lake="sides")
+    assert (move.thought, move.answer) == (thought, (thought.rsplit(" ", 1)[1][:-1],))
+    assert move.answer == expert_move(env, 1, 10, lake="careful").answer
+    assert expert_move(env, 2, 10, lake="sides").answer == move.answer * 2
+
+
+def test_the_careful_move_is_always_opposite_a_worst_side():
+    """On every open cell of 300 random slippery lakes (4x4 and 6x6, random ends), the side
+    behind `careful_move` ranks worst by SIDE_KINDS: the rule the sides thought states picks
+    the careful move, ties included."""
+    cells = 0
+    for seed in range(150):
+        for size in (4, 6):
+            rows = generate_map(seed, size, random_ends=True)
+            table, tiles = transition_table(rows), "".join(rows)
+            for cell, tile in enumerate(tiles):
+                if tile in "GH":
+                    continue
+                ranks = [SIDE_KINDS.index(kind) for kind in side_kinds(rows, cell)]
+                move = ACTIONS.index(careful_move(rows, table, cell))
+                assert ranks[(move + 2) % 4] == max(ranks), (rows, cell)
+                cells += 1
+    assert cells > 4000
+
+
+def test_the_sides_expert_refuses_a_lake_that_does_not_slip():
+    env = envs.make("frozen-lake", slippery=False)
+    env.reset(0)
+    with pytest.raises(ExpertError, match="reasons about slips"):
+        expert_move(env, 1, 10, lake="sides")

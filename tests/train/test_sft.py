@@ -207,6 +207,10 @@ def test_sft_writes_a_run_that_resumes_exactly_and_rl_starts_from(tmp_path, caps
         (["sft", "sokoban", "sft.steps=0"], "sft.steps"),
         (["sft", "--resume", "nowhere", "sokoban"], "--resume continues a run"),
         (["sft", "--resume", "nowhere"], "is not a run directory"),
+        (
+            ["sft", "frozen-lake", "sft.lake_expert=sides", "env.options.slippery=false"],
+            "sft.lake_expert=sides reasons about slips, and this lake is not slippery",
+        ),
     ],
 )
 def test_bad_sft_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):

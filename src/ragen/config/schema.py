@@ -114,7 +114,7 @@ BACKENDS: tuple[str, ...] = get_args(RolloutBackend)
 ExpertThought = Literal["relative", "located"]
 EXPERT_THOUGHTS: tuple[str, ...] = get_args(ExpertThought)
 # How the FrozenLake expert picks its moves (ragen.envs.experts).
-LakeExpert = Literal["optimal", "toward", "careful"]
+LakeExpert = Literal["optimal", "toward", "careful", "sides"]
 LAKE_EXPERTS: tuple[str, ...] = get_args(LakeExpert)
 # The fixed seed ranges evaluations draw from (ragen.rollout.loop.SPLIT_SEED_BASES).
 EvalSplit = Literal["dev", "test"]
@@ -582,11 +582,14 @@ class SftConfig:
     lake_expert: LakeExpert = "optimal"
     """How the FrozenLake expert moves: optimal (each turn the open-loop plan most likely to
     reach the goal under the known slips), toward (each turn repeats the move along the
-    goal's larger offset, vertical on a tie, blind to holes) or careful (the move least
-    likely to slip into a hole beside, then the one that lands nearest the goal on average).
-    toward and careful read only what `env.options.offsets` writes out (the goal's offsets,
-    the holes beside); optimal needs the whole map. Success of each on the evaluation lakes:
-    docs/results/frozen-lake.md. Other envs ignore it."""
+    goal's larger offset, vertical on a tie, blind to holes), careful (the move least likely
+    to slip into a hole beside, then the one that lands nearest the goal on average) or
+    sides (careful's move, with a thought that names what each side holds, a hole, the edge,
+    a step toward or away from the goal, and moves opposite the worst, where a slip never
+    lands; slippery lakes only). toward reads only what `env.options.offsets` writes out
+    (the goal's offsets, the holes beside), careful and sides also the lake's edges
+    (`env.options.edges`); optimal needs the whole map. Success of each on the evaluation
+    lakes: docs/results/frozen-lake.md. Other envs ignore it."""
     warm_start: bool = False
     """`ragen train` first runs `ragen sft` with this config (these sft.* settings, under
     warm_start_minutes) in RUN/warm_start, then RL from its last checkpoint: RUN/config.yaml

@@ -18,7 +18,9 @@ relates the two.
   weaker player (`config.SftConfig.lake_expert`), but one whose move follows from where the
   goal lies, which a model can read off the lake. With ``lake="careful"``, the move least
   likely to slip into a hole beside, then the one landing nearest the goal on average,
-  repeated for the turn: also a function of what the ``offsets`` line says.
+  repeated for the turn: also a function of what the ``offsets`` line says. With
+  ``lake="sides"``, the careful move with a thought that derives it: what each side holds
+  (a hole, the edge, a step toward or away from the goal) and the move opposite the worst.
 - Bandit: the arm with the higher expected payoff.
 - Countdown: the instance's known expression.
 - Any other env that defines ``expert(limit, located) -> ExpertMove`` (a game module's own
@@ -43,6 +45,7 @@ from ragen.envs.frozen_lake import (
     edges_beside,
     goal_sentence,
     holes_beside,
+    side_kinds,
     toward_goal,
     transition_table,
 )
@@ -85,6 +88,8 @@ def expert_move(
         return _toward_lake(env, limit, located)
     if isinstance(env, FrozenLakeEnv) and lake == "careful":
         return _careful_lake(env, limit, located)
+    if isinstance(env, FrozenLakeEnv) and lake == "sides":
+        return _sides_lake(env, limit, located)
     if isinstance(env, FrozenLakeEnv):
         return _frozen_lake(env, limit, actions_left, located)
     if isinstance(env, BanditEnv):
@@ -389,6 +394,35 @@ def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
     walls = f" {edges_beside(len(rows), state)}" if env.edges else ""
     thought = f"{goal} {holes_beside(rows, state)}{walls} {why}, so I go {' then '.join(moves)}."
     return ExpertMove(thought, moves)
+
+
+def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
+    """`careful_move`, with a thought that derives it: what lies on each side, the worst side,
+    and the move away from it: "The goal G is 2 above me. Left away, Down wall, Right away, Up
+    toward. Worst is Right; a slip never goes back, so I go Left.".
+
+    On the slippery lake a move lands on its own side or one of the two beside it, never on
+    the side behind it, so each move's outcomes are every side but its opposite's: the move
+    least likely to fall, then nearest the goal on average, is the one opposite the worst
+    side by `frozen_lake.SIDE_KINDS` (a hole, then a step away from the goal, then the edge,
+    where the player stays). On a tie the worst side named is the one `careful_move`'s
+    tie-break turns its back on."""
+    rows, state = env.rows, env.state
+    if not rows:
+        raise ExpertError("the lake has no map yet: reset the env first")
+    if not env.slippery:
+        raise ExpertError("the sides expert reasons about slips: play a slippery lake")
+    if rows[state // len(rows)][state % len(rows)] in "GH":
+        raise ExpertError("the episode is over: the player is on the goal or in a hole")
+    move = careful_move(rows, transition_table(tuple(rows), True), state)
+    worst = LAKE_ACTIONS[(LAKE_ACTIONS.index(move) + 2) % len(LAKE_ACTIONS)]
+    sides = ", ".join(
+        f"{side} {kind}" for side, kind in zip(LAKE_ACTIONS, side_kinds(rows, state), strict=True)
+    )
+    moves = (move,) * limit
+    goal = goal_sentence(rows, state, located=located)
+    why = f"Worst is {worst}; a slip never goes back, so I go {' then '.join(moves)}."
+    return ExpertMove(f"{goal} {sides}. {why}", moves)
 
 
 # ------------------------------------------------------------------ Bandit and Countdown

@@ -523,6 +523,35 @@ def edges_beside(size: int, cell: int, anchor: str = "me") -> str:
     return f"Edges are {' and '.join(sides)}."
 
 
+# What one step to a side of the player does, from best to worst for the player: nearer the
+# goal, into the lake's edge (the player stays), farther from the goal, into a hole.
+SIDE_KINDS = ("toward", "wall", "away", "hole")
+
+
+def side_kinds(rows: tuple[str, ...], cell: int) -> tuple[str, ...]:
+    """What lies one step from ``cell`` on each side, in ACTIONS order, each one of
+    SIDE_KINDS: a hole, the edge, or a frozen tile (or the goal) nearer to or farther from
+    the goal, counted along rows and columns."""
+    size, tiles = len(rows), "".join(rows)
+    goal_row, goal_col = divmod(tiles.index("G"), size)
+
+    def distance(to: int) -> int:
+        row, col = divmod(to, size)
+        return abs(goal_row - row) + abs(goal_col - col)
+
+    here = distance(cell)
+    return tuple(
+        "wall"
+        if near is None
+        else "hole"
+        if tiles[near] == "H"
+        else "toward"
+        if distance(near) < here
+        else "away"
+        for near in neighbours(size, cell)
+    )
+
+
 def _demo_thought(rows: tuple[str, ...], first: str, located: bool = False) -> str:
     """A short true note on a lake's start: where the goal is, the holes beside the player;
     `located` first gives the player's and the goal's row and column (as `positions` shows

@@ -27,6 +27,7 @@ from ragen.algos import advantages
 from ragen.config import Config, ConfigError, ModelConfig, env_options, is_device
 from ragen.config.errors import reason, shown
 from ragen.envs.experts import has_expert
+from ragen.envs.frozen_lake import FrozenLakeEnv
 from ragen.rollout import rewards
 from ragen.train import distributed
 
@@ -170,11 +171,17 @@ def check_expert(c: Config, head: str = "", fix: str = "") -> None:
     """Refuse, in one line (``head`` first, ``fix`` last), an env with no expert to imitate;
     an env of the user's is imported here."""
     import_envs(c)
-    if not has_expert(envs.make(c.env.name, **c.env.options)):
+    env = envs.make(c.env.name, **c.env.options)
+    if not has_expert(env):
         raise ConfigError(
             f"{head}{c.env.name} has no expert to imitate: ragen sft plays ragen's games and "
             "any env with an expert(limit, located) method "
             f"(docs/guides/adding-an-environment.md){fix}"
+        )
+    if c.sft.lake_expert == "sides" and isinstance(env, FrozenLakeEnv) and not env.slippery:
+        raise ConfigError(
+            f"{head}sft.lake_expert=sides reasons about slips, and this lake is not slippery: "
+            "set sft.lake_expert=careful or env.options.slippery=true"
         )
 
 
