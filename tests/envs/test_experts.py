@@ -419,6 +419,8 @@ def test_the_sides_lake_expert_moves_opposite_the_worst_side(rows, thought):
     assert (move.thought, move.answer) == (thought, (thought.rsplit(" ", 1)[1][:-1],))
     assert move.answer == expert_move(env, 1, 10, lake="careful").answer
     assert expert_move(env, 2, 10, lake="sides").answer == move.answer * 2
+    located = expert_move(env, 1, 10, "located", lake="sides").thought
+    assert located.startswith("I am at row ") and located.endswith(thought.split(". ", 1)[1])
 
 
 def test_the_careful_move_is_always_opposite_a_worst_side():
