@@ -46,6 +46,7 @@ from ragen.envs.frozen_lake import (
     goal_sentence,
     holes_beside,
     side_kinds,
+    steps_to_goal,
     toward_goal,
     transition_table,
 )
@@ -346,15 +347,11 @@ def careful_cost(
     and columns from where it lands to the goal, holes ignored); rounded, as the slip
     probabilities are 1/3 in floats that do not add up exactly. table: ``transition_table``."""
     size, tiles = len(rows), "".join(rows)
-    goal_row, goal_col = divmod(tiles.index("G"), size)
-
-    def distance(to: int) -> int:
-        row, col = divmod(to, size)
-        return abs(goal_row - row) + abs(goal_col - col)
-
+    goal = tiles.index("G")
     outcomes = table[cell][action]
     fall = sum(p for p, to, _, _ in outcomes if tiles[to] == "H")
-    return round(fall, 9), round(sum(p * distance(to) for p, to, _, _ in outcomes), 9)
+    distance = sum(p * steps_to_goal(size, goal, to) for p, to, _, _ in outcomes)
+    return round(fall, 9), round(distance, 9)
 
 
 def careful_move(rows: tuple[str, ...], table: tuple, cell: int) -> str:

@@ -528,28 +528,29 @@ def edges_beside(size: int, cell: int, anchor: str = "me") -> str:
 SIDE_KINDS = ("toward", "wall", "away", "hole")
 
 
+def steps_to_goal(size: int, goal: int, cell: int) -> int:
+    """Steps along rows and columns from ``cell`` to ``goal`` on a lake ``size`` wide, holes
+    ignored."""
+    (row, col), (goal_row, goal_col) = divmod(cell, size), divmod(goal, size)
+    return abs(goal_row - row) + abs(goal_col - col)
+
+
 def side_kinds(rows: tuple[str, ...], cell: int) -> tuple[str, ...]:
     """What lies one step from ``cell`` on each side, in ACTIONS order, each one of
     SIDE_KINDS: a hole, the edge, or a frozen tile (or the goal) nearer to or farther from
     the goal, counted along rows and columns."""
     size, tiles = len(rows), "".join(rows)
-    goal_row, goal_col = divmod(tiles.index("G"), size)
+    goal = tiles.index("G")
+    here = steps_to_goal(size, goal, cell)
 
-    def distance(to: int) -> int:
-        row, col = divmod(to, size)
-        return abs(goal_row - row) + abs(goal_col - col)
+    def kind(near: int | None) -> str:
+        if near is None:
+            return "wall"
+        if tiles[near] == "H":
+            return "hole"
+        return "toward" if steps_to_goal(size, goal, near) < here else "away"
 
-    here = distance(cell)
-    return tuple(
-        "wall"
-        if near is None
-        else "hole"
-        if tiles[near] == "H"
-        else "toward"
-        if distance(near) < here
-        else "away"
-        for near in neighbours(size, cell)
-    )
+    return tuple(kind(near) for near in neighbours(size, cell))
 
 
 def _demo_thought(rows: tuple[str, ...], first: str, located: bool = False) -> str:
