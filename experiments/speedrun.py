@@ -40,6 +40,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -55,7 +56,14 @@ from experiments import blind_play, lake_ceiling, step_record
 from ragen import config, envs
 from ragen.envs.bandit import arm_order
 from ragen.envs.experts import careful_move, goal_probabilities, policy_success
-from ragen.envs.frozen_lake import ACTIONS, neighbours, toward_goal, transition_table
+from ragen.envs.frozen_lake import (
+    ACTIONS,
+    SIDE_KINDS,
+    neighbours,
+    side_kinds,
+    toward_goal,
+    transition_table,
+)
 from ragen.run.jsonl import read_jsonl, write_atomic
 from ragen.train.evaluator import eval_seeds
 from ragen.train.preflight import check_references
@@ -140,34 +148,68 @@ def holes_beside_count(rows: tuple[str, ...], cell: int) -> int:
     return sum(near is not None and tiles[near] == "H" for near in neighbours(len(rows), cell))
 
 
+# A sides thought's labels ("Left away, Down wall, Right toward, Up hole"), in ACTIONS order.
+SIDE_LABELS = re.compile(", ".join(rf"{side} (\w+)" for side in ACTIONS))
+
+
 def lake_agreement(episodes_file: Path, options: dict) -> dict:
     """The share of a FrozenLake evaluation's moves that equal the careful rule's and the
     toward rule's from the cell each was made on, and the careful share by how many holes
     lay beside that cell ("0", "1", "2+"; None where no move was made from such a cell): each
     episode replayed from its seed, whose slip stream makes every move land where it landed.
-    What the policy reads of the lake, beside the share of episodes one action sequence took."""
+    What the policy reads of the lake, beside the share of episodes one action sequence took.
+
+    ``side_labels``: where the turns' thoughts name what lies on each side (the sides
+    expert's "Left away, Down wall, ..."), the share of those turns whose four labels all
+    match `frozen_lake.side_kinds` of the cell, and per true kind the share labelled right;
+    None when no thought names them."""
     env = envs.make("frozen-lake", **options)
     same = {"careful": 0, "toward": 0}
     moves = 0
     by_holes = {"0": [0, 0], "1": [0, 0], "2+": [0, 0]}  # [careful moves, moves]
+    labelled, all_right = 0, 0
+    by_kind = {kind: [0, 0] for kind in SIDE_KINDS}  # [labelled right, sides of that kind]
     for episode in read_jsonl(episodes_file).records:
         env.reset(int(episode["seed"]))
         table, goal = transition_table(env.rows, env.slippery), "".join(env.rows).index("G")
-        for action in (a for turn in episode["turns"] for a in turn["actions"]):
-            careful = action == careful_move(env.rows, table, env.state)
-            same["careful"] += careful
-            same["toward"] += action == toward_goal(goal, env.state, len(env.rows))
-            moves += 1
-            bucket = by_holes[("0", "1", "2+")[min(holes_beside_count(env.rows, env.state), 2)]]
-            bucket[0] += careful
-            bucket[1] += 1
-            if env.step(action).terminated:
+        over = False
+        for turn in episode["turns"]:
+            said = SIDE_LABELS.search(turn.get("think") or "")
+            if said and turn["actions"]:
+                truth = side_kinds(env.rows, env.state)
+                labelled += 1
+                all_right += said.groups() == truth
+                for kind, label in zip(truth, said.groups(), strict=True):
+                    by_kind[kind][0] += label == kind
+                    by_kind[kind][1] += 1
+            for action in turn["actions"]:
+                careful = action == careful_move(env.rows, table, env.state)
+                same["careful"] += careful
+                same["toward"] += action == toward_goal(goal, env.state, len(env.rows))
+                moves += 1
+                count = holes_beside_count(env.rows, env.state)
+                bucket = by_holes[("0", "1", "2+")[min(count, 2)]]
+                bucket[0] += careful
+                bucket[1] += 1
+                over = env.step(action).terminated
+                if over:
+                    break
+            if over:
                 break
     shares: dict = {who: count / moves if moves else None for who, count in same.items()}
     shares["careful_by_holes_beside"] = {
         k: (hit / n if n else None) for k, (hit, n) in by_holes.items()
     }
     shares["moves_by_holes_beside"] = {k: n for k, (_, n) in by_holes.items()}
+    shares["side_labels"] = (
+        {
+            "turns": labelled,
+            "all_right": all_right / labelled,
+            "right_by_kind": {k: (hit / n if n else None) for k, (hit, n) in by_kind.items()},
+        }
+        if labelled
+        else None
+    )
     return shares
 
 

@@ -139,6 +139,45 @@ def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
     assert speedrun.lake_agreement(file, options)["careful"] == pytest.approx(9 / 43)
 
 
+def test_side_labels_judge_each_sides_thought_against_the_cell_it_was_made_on(tmp_path):
+    # The sides expert's own thoughts label every side right; one thought whose "wall" is
+    # written "away" is wrong on that side alone.
+    options = {"random_ends": True}
+    env, played = envs.make("frozen-lake", **options), []
+    for seed in eval_seeds(8, "test"):
+        env.reset(seed)
+        turns = []
+        for left in range(10, 0, -1):
+            move = expert_move(env, 1, left, lake="sides")
+            turns.append({"think": move.thought, "actions": list(move.answer)})
+            if env.step(move.answer[0]).terminated:
+                break
+        played.append({"seed": seed, "turns": turns})
+    file = tmp_path / "eval.jsonl"
+    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    labels = speedrun.lake_agreement(file, options)["side_labels"]
+    turns = sum(len(e["turns"]) for e in played)
+    assert labels["turns"] == turns and labels["all_right"] == 1.0
+    assert set(labels["right_by_kind"].values()) == {1.0}
+    first = played[0]["turns"][0]  # seed 3000000000 starts in a corner: two walls
+    assert first["think"].count(" wall") == 2
+    first["think"] = first["think"].replace(" wall", " away", 1)
+    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    labels = speedrun.lake_agreement(file, options)["side_labels"]
+    assert labels["all_right"] == pytest.approx((turns - 1) / turns)
+    walls = (
+        sum(t["think"].count(" wall") for e in played for t in e["turns"]) + 1
+    )  # the one relabelled
+    assert labels["right_by_kind"]["wall"] == pytest.approx((walls - 1) / walls)
+    assert labels["right_by_kind"]["away"] == 1.0  # a label said wrongly, judged by its truth
+    # Thoughts that name no sides leave the figure out.
+    for episode in played:
+        for turn in episode["turns"]:
+            turn["think"] = "I go."
+    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    assert speedrun.lake_agreement(file, options)["side_labels"] is None
+
+
 def test_holes_beside_counts_the_four_neighbours_inside_the_lake():
     rows = ("SHFF", "HFHF", "FHFF", "FFFG")
     assert [speedrun.holes_beside_count(rows, c) for c in (0, 5, 3, 15)] == [2, 4, 0, 0]
