@@ -41,10 +41,9 @@ format: install
 	$(BIN)/ruff format src tests benchmarks experiments
 
 # The default suite over two workers (pytest-xdist), each test module on one worker so a
-# module's shared run is made once, modules handed out longest first (tests/conftest.py),
-# then its wall time.
+# module's shared run is made once, then its wall time.
 test: lint
-	@start=$$(date +%s); $(BIN)/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder; status=$$?; \
+	@start=$$(date +%s); $(BIN)/python -m pytest -n 2 --dist loadscope; status=$$?; \
 	echo "make test: the default suite took $$(( $$(date +%s) - start )) s"; exit $$status
 
 # The viewer in a real browser: Debian's chromium (apt-get install chromium) via Playwright.

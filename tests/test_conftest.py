@@ -1,41 +1,8 @@
-"""The suite's own scheduling and model keeping (tests/conftest.py)."""
+"""The suite's own model keeping (tests/conftest.py)."""
 
 import json
 
-from tests.conftest import _keep, longest_first
-
-
-def test_modules_go_longest_first_and_each_stays_together_in_its_order():
-    nodeids = [
-        "tests/a.py::one",
-        "tests/a.py::two",
-        "tests/b.py::one",
-        "tests/c.py::one",
-        "tests/c.py::two",
-        "tests/c.py::three",
-        "tests/d.py::one",
-    ]
-    # b recorded 9 s, a 2 s; c and d have no record: 3 tests and 1 test at 0.2 s each.
-    seconds = {"tests/a.py": 2.0, "tests/b.py": 9.0, "tests/gone.py": 50.0}
-    assert longest_first(nodeids, seconds) == [
-        "tests/b.py::one",
-        "tests/a.py::one",
-        "tests/a.py::two",
-        "tests/c.py::one",
-        "tests/c.py::two",
-        "tests/c.py::three",
-        "tests/d.py::one",
-    ]
-    # No record at all: by test count, ties in collection order; a damaged entry counts as none.
-    assert longest_first(nodeids, {"tests/d.py": "fast"}) == [
-        "tests/c.py::one",
-        "tests/c.py::two",
-        "tests/c.py::three",
-        "tests/a.py::one",
-        "tests/a.py::two",
-        "tests/b.py::one",
-        "tests/d.py::one",
-    ]
+from tests.conftest import _keep
 
 
 def _conversion(folder, marker="done"):
