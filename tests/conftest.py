@@ -1,6 +1,7 @@
-"""Shared fixtures. The whole session runs against a private RAGEN_HOME, so the embedded
-model is converted fresh (once per session, however many xdist workers share it) and no user
-cache is read or written."""
+"""Shared fixtures. The whole session runs against a private RAGEN_HOME, so no user cache is
+read or written: the embedded model is converted into it once per session (however many xdist
+workers share it), or copied from the conversion pytest's cache kept for the same ragen and
+packages."""
 
 from __future__ import annotations
 
