@@ -111,23 +111,34 @@ def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
     assert again["runs"] == result["runs"]
 
 
+def _expert_episodes(lake: str, options: dict) -> list[dict]:
+    """The 8 first test lakes played by the ``lake`` expert, one move a turn for up to 10
+    turns, as an evaluation's episode records (seed, turns with thought and actions)."""
+    env, played = envs.make("frozen-lake", **options), []
+    for seed in eval_seeds(8, "test"):
+        env.reset(seed)
+        turns = []
+        for left in range(10, 0, -1):
+            move = expert_move(env, 1, left, lake=lake)
+            turns.append({"think": move.thought, "actions": list(move.answer)})
+            if env.step(move.answer[0]).terminated:
+                break
+        played.append({"seed": seed, "turns": turns})
+    return played
+
+
+def _write(file: Path, episodes: list[dict]) -> Path:
+    file.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    return file
+
+
 def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
     # Episodes played by the careful expert itself agree with it on every move; the same
     # moves reversed (Left for Right, Up for Down) on few: only where the reversed walk
     # reached a cell whose careful move happens to be the reversed one (21% here).
     options = {"random_ends": True}
-    env, played = envs.make("frozen-lake", **options), []
-    for seed in eval_seeds(8, "test"):
-        env.reset(seed)
-        moves = []
-        for left in range(10, 0, -1):
-            (move,) = expert_move(env, 1, left, lake="careful").answer
-            moves.append(move)
-            if env.step(move).terminated:
-                break
-        played.append({"seed": seed, "turns": [{"actions": [m]} for m in moves]})
-    file = tmp_path / "eval.jsonl"
-    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    played = _expert_episodes("careful", options)
+    file = _write(tmp_path / "eval.jsonl", played)
     agreement = speedrun.lake_agreement(file, options)
     assert agreement["careful"] == 1.0
     assert set(agreement["careful_by_holes_beside"].values()) <= {1.0, None}
@@ -135,7 +146,7 @@ def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
     flip = {"Left": "Right", "Right": "Left", "Up": "Down", "Down": "Up"}
     for episode in played:
         episode["turns"] = [{"actions": [flip[t["actions"][0]]]} for t in episode["turns"]]
-    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    _write(file, played)
     assert speedrun.lake_agreement(file, options)["careful"] == pytest.approx(9 / 43)
 
 
@@ -143,18 +154,8 @@ def test_side_labels_judge_each_sides_thought_against_the_cell_it_was_made_on(tm
     # The sides expert's own thoughts label every side right; one thought whose "wall" is
     # written "away" is wrong on that side alone.
     options = {"random_ends": True}
-    env, played = envs.make("frozen-lake", **options), []
-    for seed in eval_seeds(8, "test"):
-        env.reset(seed)
-        turns = []
-        for left in range(10, 0, -1):
-            move = expert_move(env, 1, left, lake="sides")
-            turns.append({"think": move.thought, "actions": list(move.answer)})
-            if env.step(move.answer[0]).terminated:
-                break
-        played.append({"seed": seed, "turns": turns})
-    file = tmp_path / "eval.jsonl"
-    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    played = _expert_episodes("sides", options)
+    file = _write(tmp_path / "eval.jsonl", played)
     labels = speedrun.lake_agreement(file, options)["side_labels"]
     turns = sum(len(e["turns"]) for e in played)
     assert labels["turns"] == turns and labels["all_right"] == 1.0
@@ -162,7 +163,7 @@ def test_side_labels_judge_each_sides_thought_against_the_cell_it_was_made_on(tm
     first = played[0]["turns"][0]  # seed 3000000000 starts in a corner: two walls
     assert first["think"].count(" wall") == 2
     first["think"] = first["think"].replace(" wall", " away", 1)
-    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    _write(file, played)
     labels = speedrun.lake_agreement(file, options)["side_labels"]
     assert labels["all_right"] == pytest.approx((turns - 1) / turns)
     walls = (
@@ -174,7 +175,7 @@ def test_side_labels_judge_each_sides_thought_against_the_cell_it_was_made_on(tm
     for episode in played:
         for turn in episode["turns"]:
             turn["think"] = "I go."
-    file.write_text("".join(json.dumps(e) + "\n" for e in played))
+    _write(file, played)
     assert speedrun.lake_agreement(file, options)["side_labels"] is None
 
 
