@@ -209,9 +209,8 @@ def _run_loop(trainer_class, cfg, run, *, resume: bool, create: bool = True) -> 
 
     from ragen.host import threads
     from ragen.run.lock import hold
-    from ragen.run.rundir import create_run_dir, rewrite_config
+    from ragen.run.rundir import create_run_dir
     from ragen.train import distributed
-    from ragen.train.loop import RunLoop
     from ragen.train.preflight import check_start
     from ragen.train.setup import resolve_device
 
@@ -221,38 +220,48 @@ def _run_loop(trainer_class, cfg, run, *, resume: bool, create: bool = True) -> 
         distributed.session(resolve_device(cfg.trainer.device)),
         ExitStack() as held,
     ):
-        main = distributed.is_main()
         # One writer per run directory; under torchrun rank 0 is the one that writes it.
         distributed.on_main(lambda: held.enter_context(hold(run)))
         if create and not resume:
             distributed.on_main(lambda: create_run_dir(run.root, cfg))
+        # the trainer and its models live in _train's frame, gone before the session ends
+        return _train(trainer_class, cfg, run, resume=resume)
+
+
+def _train(trainer_class, cfg, run, *, resume: bool) -> int:
+    """The training loop of `_run_loop`, inside its process group and run-directory lock."""
+    from ragen.run.rundir import rewrite_config
+    from ragen.train import distributed
+    from ragen.train.loop import RunLoop
+
+    main = distributed.is_main()
+    if main:
+        print(f"run directory: {run.root}")
+    loop = RunLoop(trainer_class(cfg), run)
+    if resume:
+        loop.resume()
+    if loop.start_step >= loop.steps:  # a finished run resumed: nothing to record
         if main:
-            print(f"run directory: {run.root}")
-        loop = RunLoop(trainer_class(cfg), run)
-        if resume:
-            loop.resume()
-        if loop.start_step >= loop.steps:  # a finished run resumed: nothing to record
-            if main:
-                key = "sft.steps" if run.command == "sft" else "trainer.steps"
-                print(
-                    f"nothing left to train: {run.root} has done {key}={loop.steps}; "
-                    f"config.yaml is unchanged (raise {key} to train more)"
-                )
-            return EXIT_OK
-        if resume:  # recorded once the checkpoint has loaded and a step is left to train
-            distributed.on_main(lambda: rewrite_config(run, cfg))
-        try:
-            loop.train()
-        except KeyboardInterrupt:
-            if main:
-                print(f"interrupted; continue with: {run.resume_line}", file=sys.stderr)
-            return 130
-        if loop.state.diverged is not None:
-            if main:
-                print(f"ragen: stopped: {loop.state.diverged}", file=sys.stderr)
-            return EXIT_FAIL
+            key = "sft.steps" if run.command == "sft" else "trainer.steps"
+            print(
+                f"nothing left to train: {run.root} has done {key}={loop.steps}; "
+                f"config.yaml is unchanged (raise {key} to train more)"
+            )
+        return EXIT_OK
+    if resume:  # recorded once the checkpoint has loaded and a step is left to train
+        distributed.on_main(lambda: rewrite_config(run, cfg))
+    try:
+        loop.train()
+    except KeyboardInterrupt:
         if main:
-            print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
+            print(f"interrupted; continue with: {run.resume_line}", file=sys.stderr)
+        return 130
+    if loop.state.diverged is not None:
+        if main:
+            print(f"ragen: stopped: {loop.state.diverged}", file=sys.stderr)
+        return EXIT_FAIL
+    if main:
+        print(f"done: metrics in {run.metrics}, checkpoints in {run.checkpoints}")
     return EXIT_OK
 
 

@@ -21,6 +21,7 @@ per process, the one numbered ``LOCAL_RANK``).
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -117,6 +118,12 @@ def session(device: torch.device) -> Iterator[None]:
         # where the other ranks may never arrive
         dist.barrier()
     finally:
+        # Models, optimisers and collective work caught in reference cycles still hold the
+        # group; freed later, at interpreter exit, a gloo thread that drops a tensor needs the
+        # GIL of a dying interpreter and the process aborts ("terminate called without an
+        # active exception"). Free them now, while both are alive. The caller's own
+        # references must be gone by now: hold the run's objects in a scope inside this one.
+        gc.collect()
         dist.destroy_process_group()
         _device = torch.device("cpu")
 
