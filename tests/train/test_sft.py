@@ -199,6 +199,11 @@ def test_sft_writes_a_run_that_resumes_exactly_and_rl_starts_from(tmp_path, caps
     assert "continue it with `ragen train --resume" in capsys.readouterr().err
 
 
+def test_sft_learning_rate_decays_over_its_steps(tmp_path):
+    assert _sft(tmp_path, "decay", "sft.steps=2", "trainer.lr_decay=linear") == 0
+    assert [r["sft/lr"] for r in _sft_records(tmp_path / "decay")] == pytest.approx([1e-3, 5e-4])
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -119,6 +119,8 @@ LAKE_EXPERTS: tuple[str, ...] = get_args(LakeExpert)
 # The fixed seed ranges evaluations draw from (ragen.rollout.loop.SPLIT_SEED_BASES).
 EvalSplit = Literal["dev", "test"]
 EVAL_SPLITS: tuple[str, ...] = get_args(EvalSplit)
+# How the learning rates fall over a run (ragen.train.schedule).
+LrDecay = Literal["none", "linear", "cosine"]
 FormatPenaltyMode = Literal["no_action", "any_invalid"]
 FORMAT_PENALTY_MODES: tuple[str, ...] = get_args(FormatPenaltyMode)
 # What the model is shown at each turn (RAGEN-2's context_window_mode; ragen.rollout.window).
@@ -415,6 +417,12 @@ class TrainerConfig:
     """Steps over which both learning rates rise linearly: step s (from 0) uses (s+1)/(k+1)
     of them; 0 starts at the full rates. Adam's first steps move every weight by about the
     learning rate whatever the gradient's size, so they are the ones that can break a model."""
+    lr_decay: LrDecay = "none"
+    """How the learning rates fall after the warm-up: none (they stay), linear or cosine, from
+    the full rates at the first step after the warm-up towards 0, which they would reach one
+    step after the run's last (trainer.steps; in `ragen sft`, sft.steps, with no warm-up). A
+    run cut short by trainer.max_minutes stops before its rates have fallen: set the steps to
+    what the budget fits."""
     adam_beta1: float = opt(0.9, ge=0.0, lt=1.0)
     """Adam beta1."""
     adam_beta2: float = opt(0.999, ge=0.0, lt=1.0)

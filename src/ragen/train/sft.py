@@ -29,6 +29,7 @@ from ragen.rollout.trajectory import Batch, Trajectory, collate
 from ragen.train import setup
 from ragen.train.cuda import deterministic_attention, gpu_memory_metrics
 from ragen.train.forward import SharedOpening, token_logprobs
+from ragen.train.schedule import set_sft_learning_rate
 from ragen.train.state import RunState
 
 # With keep=solved, levels tried per step at most this many times sft.dialogues: the
@@ -177,6 +178,7 @@ class SftTrainer:
     def step(self, step: int, state: RunState) -> tuple[dict[str, float], list[Trajectory]]:
         """One supervised step on fresh expert dialogues: its metrics and the dialogues."""
         c = self.config
+        lr = set_sft_learning_rate(self.m.optimizers["actor"], c, step)
         started = time.perf_counter()
         dialogues, played = self.dialogues(step)
         metrics = {
@@ -185,7 +187,7 @@ class SftTrainer:
             "sft/levels_played": float(played),
             "sft/expert_success": sum(d.success for d in dialogues) / len(dialogues),
             "sft/turns_mean": sum(len(d.turns) for d in dialogues) / len(dialogues),
-            "sft/lr": c.sft.lr,
+            "sft/lr": lr,
             "perf/threads": float(torch.get_num_threads()),
         }
         started = time.perf_counter()
