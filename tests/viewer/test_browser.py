@@ -304,14 +304,19 @@ def test_each_turn_says_what_a_windowed_context_showed(viewer_run, copy_run, tmp
             "the instructions, turn 2 summarised, then this turn's state",
         ],
     }
+    from playwright.sync_api import expect
+
     with Server(run) as server:
         page = watched.page
+        saw = page.locator("#dialogue .field", has_text="model saw").locator(".value")
+        # Only the hash changes between episodes, so the page re-renders without a reload:
+        # `expect` waits for the new episode's lines instead of reading the old one's.
         for ep, lines in want.items():
             page.goto(server.url(f"step/1?ep={ep}"))
-            page.locator("#dialogue .turn").nth(2).wait_for()
-            saw = page.locator("#dialogue .field", has_text="model saw")
-            assert [saw.nth(i).locator(".value").inner_text() for i in range(3)] == lines
+            expect(saw).to_have_text(lines, timeout=TIMEOUT_MS)
         page.goto(server.url("step/1?ep=2"))
+        selected = page.locator(".card.selected")
+        expect(selected).to_have_attribute("data-index", "2", timeout=TIMEOUT_MS)
         page.locator("#dialogue .turn").first.wait_for()
-        assert page.locator("#dialogue .field", has_text="model saw").count() == 0
+        expect(saw).to_have_count(0, timeout=TIMEOUT_MS)
     assert not watched.errors
