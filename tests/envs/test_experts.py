@@ -291,7 +291,7 @@ def test_the_toward_lake_expert_repeats_the_move_along_the_larger_offset(rows, m
     located = expert_move(env, 2, 10, "located", lake="toward").thought
     assert located.startswith("I am at row ") and located.endswith(thought.split(". ", 1)[1])
     with pytest.raises(
-        ValueError, match="lake must be one of optimal, toward, careful, sides; got 'x'"
+        ValueError, match="lake must be one of optimal, toward, careful, sides, ranked; got 'x'"
     ):
         expert_move(env, 2, 10, lake="x")
 
@@ -442,8 +442,58 @@ def test_the_careful_move_is_always_opposite_a_worst_side():
     assert cells > 4000
 
 
-def test_the_sides_expert_refuses_a_lake_that_does_not_slip():
+@pytest.mark.parametrize(
+    ("rows", "ranking"),
+    [
+        # The hole above is the only kind worse than a step toward: the list stops there.
+        (("HFF", "SFF", "FFG"), "Hole: Up."),
+        # Left and Right tie as steps away; Right, the side behind Left (first in ACTIONS
+        # order), is named first, as the sides thought names it worst.
+        (("FGF", "FFF", "FSF"), "Hole: none. Away: Right, Left."),
+        # In the corner: no hole, no step away; the edges above and left, the one behind
+        # Down (the goal's larger offset on a tie, vertical) first.
+        (("SFF", "FFF", "FFG"), "Hole: none. Away: none. Wall: Up, Left."),
+    ],
+)
+def test_the_ranked_thought_lists_the_worst_kinds_sides_before_naming_the_worst(rows, ranking):
+    env = envs.make("frozen-lake")
+    env.load(rows, 0)
+    sides = expert_move(env, 1, 10, lake="sides")
+    ranked = expert_move(env, 1, 10, lake="ranked")
+    head, tail = sides.thought.split(" Worst is ")
+    assert ranked.thought == f"{head} {ranking} Worst is {tail}"
+    assert ranked.answer == sides.answer
+
+
+def test_the_ranked_thoughts_first_name_of_the_worst_kind_is_the_worst_side():
+    """From every open cell of 100 random slippery 4x4 lakes: the ranking lists each kind's
+    sides exactly, down to the first kind held, and its last list opens with the worst."""
+    env = envs.make("frozen-lake")
+    cells = 0
+    for seed in range(100):
+        rows = generate_map(seed, 4, random_ends=True)
+        tile_row = "".join(rows)
+        for cell, tile in enumerate(tile_row):
+            if tile in "GH":
+                continue
+            tiles = ["S" if i == cell else "F" if t == "S" else t for i, t in enumerate(tile_row)]
+            env.load(["".join(tiles[i : i + 4]) for i in range(0, 16, 4)], 0)
+            thought = expert_move(env, 1, 10, lake="ranked").thought
+            kinds = side_kinds(rows, cell)
+            lists = re.findall(r"(Hole|Away|Wall): ([A-Za-z, ]+)\.", thought)
+            for label, names in lists:
+                held = {ACTIONS[i] for i, kind in enumerate(kinds) if kind == label.lower()}
+                assert set(names.split(", ")) - {"none"} == held, (rows, cell, thought)
+            assert [label for label, _ in lists][-1] == max(kinds, key=SIDE_KINDS.index).title()
+            worst = re.search(r"Worst is (\w+);", thought).group(1)
+            assert lists[-1][1].split(", ")[0] == worst
+            cells += 1
+    assert cells > 900
+
+
+@pytest.mark.parametrize("lake", ["sides", "ranked"])
+def test_the_sides_experts_refuse_a_lake_that_does_not_slip(lake):
     env = envs.make("frozen-lake", slippery=False)
     env.reset(0)
     with pytest.raises(ExpertError, match="reasons about slips"):
-        expert_move(env, 1, 10, lake="sides")
+        expert_move(env, 1, 10, lake=lake)

@@ -216,6 +216,10 @@ def test_sft_learning_rate_decays_over_its_steps(tmp_path):
             ["sft", "frozen-lake", "sft.lake_expert=sides", "env.options.slippery=false"],
             "sft.lake_expert=sides reasons about slips, and this lake is not slippery",
         ),
+        (
+            ["sft", "frozen-lake", "sft.lake_expert=ranked", "env.options.slippery=false"],
+            "sft.lake_expert=ranked reasons about slips, and this lake is not slippery",
+        ),
     ],
 )
 def test_bad_sft_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):

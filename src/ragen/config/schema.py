@@ -114,7 +114,7 @@ BACKENDS: tuple[str, ...] = get_args(RolloutBackend)
 ExpertThought = Literal["relative", "located"]
 EXPERT_THOUGHTS: tuple[str, ...] = get_args(ExpertThought)
 # How the FrozenLake expert picks its moves (ragen.envs.experts).
-LakeExpert = Literal["optimal", "toward", "careful", "sides"]
+LakeExpert = Literal["optimal", "toward", "careful", "sides", "ranked"]
 LAKE_EXPERTS: tuple[str, ...] = get_args(LakeExpert)
 # The fixed seed ranges evaluations draw from (ragen.rollout.loop.SPLIT_SEED_BASES).
 EvalSplit = Literal["dev", "test"]
@@ -594,10 +594,12 @@ class SftConfig:
     to slip into a hole beside, then the one that lands nearest the goal on average) or
     sides (careful's move, with a thought that names what each side holds, a hole, the edge,
     a step toward or away from the goal, and moves opposite the worst, where a slip never
-    lands; slippery lakes only). toward reads only what `env.options.offsets` writes out
-    (the goal's offsets, the holes beside), careful and sides also the lake's edges
-    (`env.options.edges`); optimal needs the whole map. Success of each on the evaluation
-    lakes: docs/results/frozen-lake.md. Other envs ignore it."""
+    lands; slippery lakes only) or ranked (sides, its thought also listing the sides of each
+    kind from the worst kind down before it names the worst). toward reads only what
+    `env.options.offsets` writes out (the goal's offsets, the holes beside), careful, sides
+    and ranked also the lake's edges (`env.options.edges`); optimal needs the whole map.
+    Success of each on the evaluation lakes: docs/results/frozen-lake.md. Other envs ignore
+    it."""
     warm_start: bool = False
     """`ragen train` first runs `ragen sft` with this config (these sft.* settings, under
     warm_start_minutes) in RUN/warm_start, then RL from its last checkpoint: RUN/config.yaml

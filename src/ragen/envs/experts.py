@@ -20,7 +20,8 @@ relates the two.
   likely to slip into a hole beside, then the one landing nearest the goal on average,
   repeated for the turn: also a function of what the ``offsets`` line says. With
   ``lake="sides"``, the careful move with a thought that derives it: what each side holds
-  (a hole, the edge, a step toward or away from the goal) and the move opposite the worst.
+  (a hole, the edge, a step toward or away from the goal) and the move opposite the worst;
+  ``lake="ranked"`` also lists the sides of each kind from the worst kind down first.
 - Bandit: the arm with the higher expected payoff.
 - Countdown: the instance's known expression.
 - Any other env that defines ``expert(limit, located) -> ExpertMove`` (a game module's own
@@ -41,6 +42,7 @@ from ragen.envs.base import ExpertError, ExpertMove, grid_cell, relative_positio
 from ragen.envs.countdown import CountdownEnv
 from ragen.envs.frozen_lake import ACTIONS as LAKE_ACTIONS
 from ragen.envs.frozen_lake import (
+    SIDE_KINDS,
     FrozenLakeEnv,
     edges_beside,
     goal_sentence,
@@ -89,8 +91,8 @@ def expert_move(
         return _toward_lake(env, limit, located)
     if isinstance(env, FrozenLakeEnv) and lake == "careful":
         return _careful_lake(env, limit, located)
-    if isinstance(env, FrozenLakeEnv) and lake == "sides":
-        return _sides_lake(env, limit, located)
+    if isinstance(env, FrozenLakeEnv) and lake in ("sides", "ranked"):
+        return _sides_lake(env, limit, located, ranked=lake == "ranked")
     if isinstance(env, FrozenLakeEnv):
         return _frozen_lake(env, limit, actions_left, located)
     if isinstance(env, BanditEnv):
@@ -393,7 +395,7 @@ def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
     return ExpertMove(thought, moves)
 
 
-def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
+def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool, ranked: bool = False) -> ExpertMove:
     """`careful_move`, with a thought that derives it: what lies on each side, the worst side,
     and the move away from it: "The goal G is 2 above me. Left away, Down wall, Right away, Up
     toward. Worst is Right; a slip never goes back, so I go Left.".
@@ -403,7 +405,12 @@ def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
     least likely to fall, then nearest the goal on average, is the one opposite the worst
     side by `frozen_lake.SIDE_KINDS` (a hole, then a step away from the goal, then the edge,
     where the player stays). On a tie the worst side named is the one `careful_move`'s
-    tie-break turns its back on."""
+    tie-break turns its back on.
+
+    ``ranked`` (``lake="ranked"``) writes the ranking out before the worst side: the sides of
+    each kind from the worst kind down, up to the first kind some side holds, the worst side
+    named first ("Hole: none. Away: Right, Left. Worst is Right; ..."), so that naming the
+    worst side is copying the first name after the labels instead of ranking four of them."""
     rows, state = env.rows, env.state
     if not rows:
         raise ExpertError("the lake has no map yet: reset the env first")
@@ -413,13 +420,34 @@ def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
         raise ExpertError("the episode is over: the player is on the goal or in a hole")
     move = careful_move(rows, transition_table(tuple(rows), True), state)
     worst = LAKE_ACTIONS[(LAKE_ACTIONS.index(move) + 2) % len(LAKE_ACTIONS)]
-    sides = ", ".join(
-        f"{side} {kind}" for side, kind in zip(LAKE_ACTIONS, side_kinds(rows, state), strict=True)
-    )
+    kinds = side_kinds(rows, state)
+    sides = ", ".join(f"{side} {kind}" for side, kind in zip(LAKE_ACTIONS, kinds, strict=True))
+    ranking = f" {_ranking(rows, state, kinds, worst)}" if ranked else ""
     moves = (move,) * limit
     goal = goal_sentence(rows, state, located=located)
     why = f"Worst is {worst}; a slip never goes back, so I go {' then '.join(moves)}."
-    return ExpertMove(f"{goal} {sides}. {why}", moves)
+    return ExpertMove(f"{goal} {sides}.{ranking} {why}", moves)
+
+
+def _ranking(rows: tuple[str, ...], state: int, kinds: tuple[str, ...], worst: str) -> str:
+    """The sides of each kind from the worst kind down to the first that a side holds: "Hole:
+    none. Away: Right, Left.". ``worst`` comes first; the other sides in `careful_move`'s
+    tie-break order of the moves opposite them (the move toward the goal, then ACTIONS order).
+    A side toward the goal is never worst (at most two sides are), so the list ends by the
+    edge."""
+    toward = toward_goal("".join(rows).index("G"), state, len(rows))
+
+    def order(side: int) -> tuple[bool, bool, int]:
+        opposite = (side + 2) % len(LAKE_ACTIONS)
+        return LAKE_ACTIONS[side] != worst, LAKE_ACTIONS[opposite] != toward, opposite
+
+    groups = []
+    for kind in reversed(SIDE_KINDS[1:]):
+        held = sorted((side for side, k in enumerate(kinds) if k == kind), key=order)
+        groups.append(f"{kind.capitalize()}: {', '.join(LAKE_ACTIONS[s] for s in held) or 'none'}.")
+        if held:
+            return " ".join(groups)
+    raise AssertionError(f"no side of {kinds} is worse than toward the goal")
 
 
 # ------------------------------------------------------------------ Bandit and Countdown

@@ -178,10 +178,11 @@ def check_expert(c: Config, head: str = "", fix: str = "") -> None:
             "any env with an expert(limit, located) method "
             f"(docs/guides/adding-an-environment.md){fix}"
         )
-    if c.sft.lake_expert == "sides" and isinstance(env, FrozenLakeEnv) and not env.slippery:
+    slips = c.sft.lake_expert in ("sides", "ranked")
+    if slips and isinstance(env, FrozenLakeEnv) and not env.slippery:
         raise ConfigError(
-            f"{head}sft.lake_expert=sides reasons about slips, and this lake is not slippery: "
-            "set sft.lake_expert=careful or env.options.slippery=true"
+            f"{head}sft.lake_expert={c.sft.lake_expert} reasons about slips, and this lake is "
+            "not slippery: set sft.lake_expert=careful or env.options.slippery=true"
         )
 
 
