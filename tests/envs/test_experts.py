@@ -6,6 +6,7 @@ import pytest
 from ragen import envs
 from ragen.envs.countdown import evaluate
 from ragen.envs.experts import (
+    SCAN_ORDER,
     ExpertError,
     careful_move,
     expert_move,
@@ -291,7 +292,8 @@ def test_the_toward_lake_expert_repeats_the_move_along_the_larger_offset(rows, m
     located = expert_move(env, 2, 10, "located", lake="toward").thought
     assert located.startswith("I am at row ") and located.endswith(thought.split(". ", 1)[1])
     with pytest.raises(
-        ValueError, match="lake must be one of optimal, toward, careful, sides, ranked; got 'x'"
+        ValueError,
+        match="lake must be one of optimal, toward, careful, sides, ranked, scan; got 'x'",
     ):
         expert_move(env, 2, 10, lake="x")
 
@@ -465,9 +467,38 @@ def test_the_ranked_thought_lists_the_worst_kinds_sides_before_naming_the_worst(
     assert ranked.answer == sides.answer
 
 
-def test_the_ranked_thoughts_first_name_of_the_worst_kind_is_the_worst_side():
+@pytest.mark.parametrize(
+    ("rows", "thought"),
+    [
+        # Left and Right tie as steps away: Left is listed first, so it is the worst.
+        (
+            ("FGF", "FFF", "FSF"),
+            "The goal G is 2 above me. Down wall, Up toward, Left away, Right away. Hole: none. "
+            "Away: Left, Right. Worst is Left; a slip never goes back, so I go Right.",
+        ),
+        # The two edges of the corner tie: Up comes before Left.
+        (
+            ("SFF", "FFF", "FFG"),
+            "The goal G is 2 below and 2 right of me. Down toward, Up wall, Left wall, Right "
+            "toward. Hole: none. Away: none. Wall: Up, Left. Worst is Up; a slip never goes "
+            "back, so I go Down.",
+        ),
+    ],
+)
+def test_the_scan_thought_lists_the_sides_in_its_order_and_a_tie_goes_to_the_first(rows, thought):
+    env = envs.make("frozen-lake")
+    env.load(rows, 0)
+    move = expert_move(env, 1, 10, lake="scan")
+    assert (move.thought, move.answer) == (thought, (thought.rsplit(" ", 1)[1][:-1],))
+    table = transition_table(rows)
+    assert move.answer == (careful_move(rows, table, env.state, SCAN_ORDER),)
+
+
+@pytest.mark.parametrize("lake", ["ranked", "scan"])
+def test_the_ranked_thoughts_first_name_of_the_worst_kind_is_the_worst_side(lake):
     """From every open cell of 100 random slippery 4x4 lakes: the ranking lists each kind's
-    sides exactly, down to the first kind held, and its last list opens with the worst."""
+    sides exactly, down to the first kind held, and its last list opens with the worst; the
+    scan thought's worst, unless a hole, is the first side of its kind in SCAN_ORDER."""
     env = envs.make("frozen-lake")
     cells = 0
     for seed in range(100):
@@ -478,7 +509,7 @@ def test_the_ranked_thoughts_first_name_of_the_worst_kind_is_the_worst_side():
                 continue
             tiles = ["S" if i == cell else "F" if t == "S" else t for i, t in enumerate(tile_row)]
             env.load(["".join(tiles[i : i + 4]) for i in range(0, 16, 4)], 0)
-            thought = expert_move(env, 1, 10, lake="ranked").thought
+            thought = expert_move(env, 1, 10, lake=lake).thought
             kinds = side_kinds(rows, cell)
             lists = re.findall(r"(Hole|Away|Wall): ([A-Za-z, ]+)\.", thought)
             for label, names in lists:
@@ -487,11 +518,14 @@ def test_the_ranked_thoughts_first_name_of_the_worst_kind_is_the_worst_side():
             assert [label for label, _ in lists][-1] == max(kinds, key=SIDE_KINDS.index).title()
             worst = re.search(r"Worst is (\w+);", thought).group(1)
             assert lists[-1][1].split(", ")[0] == worst
+            worst_kind = lists[-1][0].lower()
+            if lake == "scan" and worst_kind != "hole":
+                assert worst == next(s for s in SCAN_ORDER if kinds[ACTIONS.index(s)] == worst_kind)
             cells += 1
     assert cells > 900
 
 
-@pytest.mark.parametrize("lake", ["sides", "ranked"])
+@pytest.mark.parametrize("lake", ["sides", "ranked", "scan"])
 def test_the_sides_experts_refuse_a_lake_that_does_not_slip(lake):
     env = envs.make("frozen-lake", slippery=False)
     env.reset(0)

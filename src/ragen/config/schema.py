@@ -114,7 +114,7 @@ BACKENDS: tuple[str, ...] = get_args(RolloutBackend)
 ExpertThought = Literal["relative", "located"]
 EXPERT_THOUGHTS: tuple[str, ...] = get_args(ExpertThought)
 # How the FrozenLake expert picks its moves (ragen.envs.experts).
-LakeExpert = Literal["optimal", "toward", "careful", "sides", "ranked"]
+LakeExpert = Literal["optimal", "toward", "careful", "sides", "ranked", "scan"]
 LAKE_EXPERTS: tuple[str, ...] = get_args(LakeExpert)
 # The fixed seed ranges evaluations draw from (ragen.rollout.loop.SPLIT_SEED_BASES).
 EvalSplit = Literal["dev", "test"]
@@ -595,9 +595,11 @@ class SftConfig:
     sides (careful's move, with a thought that names what each side holds, a hole, the edge,
     a step toward or away from the goal, and moves opposite the worst, where a slip never
     lands; slippery lakes only) or ranked (sides, its thought also listing the sides of each
-    kind from the worst kind down before it names the worst). toward reads only what
-    `env.options.offsets` writes out (the goal's offsets, the holes beside), careful, sides
-    and ranked also the lake's edges (`env.options.edges`); optimal needs the whole map.
+    kind from the worst kind down before it names the worst) or scan (ranked, the sides
+    always listed Down, Up, Left, Right and a tie going to the first listed: the worst is the
+    first side of the worst kind, read left to right). toward reads only what
+    `env.options.offsets` writes out (the goal's offsets, the holes beside), the others but
+    optimal also the lake's edges (`env.options.edges`); optimal needs the whole map.
     Success of each on the evaluation lakes: docs/results/frozen-lake.md. Other envs ignore
     it."""
     warm_start: bool = False

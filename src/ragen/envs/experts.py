@@ -21,7 +21,8 @@ relates the two.
   repeated for the turn: also a function of what the ``offsets`` line says. With
   ``lake="sides"``, the careful move with a thought that derives it: what each side holds
   (a hole, the edge, a step toward or away from the goal) and the move opposite the worst;
-  ``lake="ranked"`` also lists the sides of each kind from the worst kind down first.
+  ``lake="ranked"`` also lists the sides of each kind from the worst kind down first, and
+  ``lake="scan"`` lists the sides in a fixed order, the tie going to the first listed.
 - Bandit: the arm with the higher expected payoff.
 - Countdown: the instance's known expression.
 - Any other env that defines ``expert(limit, located) -> ExpertMove`` (a game module's own
@@ -91,8 +92,8 @@ def expert_move(
         return _toward_lake(env, limit, located)
     if isinstance(env, FrozenLakeEnv) and lake == "careful":
         return _careful_lake(env, limit, located)
-    if isinstance(env, FrozenLakeEnv) and lake in ("sides", "ranked"):
-        return _sides_lake(env, limit, located, ranked=lake == "ranked")
+    if isinstance(env, FrozenLakeEnv) and lake in ("sides", "ranked", "scan"):
+        return _sides_lake(env, limit, located, lake)
     if isinstance(env, FrozenLakeEnv):
         return _frozen_lake(env, limit, actions_left, located)
     if isinstance(env, BanditEnv):
@@ -356,20 +357,29 @@ def careful_cost(
     return round(fall, 9), round(distance, 9)
 
 
-def careful_move(rows: tuple[str, ...], table: tuple, cell: int) -> str:
+def careful_move(
+    rows: tuple[str, ...], table: tuple, cell: int, scan: Sequence[str] | None = None
+) -> str:
     """The action least likely to slip into a hole, then the one whose outcomes lie nearest the
     goal on average, then `toward_goal`'s move, then the earlier in ACTIONS order: a rule that
     reads only what the ``offsets`` line says, the goal's offsets and the holes beside the
     player (a move's outcomes are its own cell and the two perpendicular ones, never the one
     behind; with one hole beside, the safe move walks away from it). The tie goes toward the
     goal: with no hole beside, the goal straight ahead is as near on average from a step
-    across as from a step at it, and the step at it is the one a reader expects."""
+    across as from a step at it, and the step at it is the one a reader expects. With
+    ``scan`` (the four action names in some order) the tie goes instead to the move opposite
+    the side that comes first in it: the rule of a thought that lists the sides in that
+    order and names the first of the worst kind (``lake="scan"``)."""
     size = len(rows)
     toward = toward_goal("".join(rows).index("G"), cell, size)
     costs = [careful_cost(rows, table, cell, a) for a in range(len(LAKE_ACTIONS))]
-    return LAKE_ACTIONS[
-        min(range(len(LAKE_ACTIONS)), key=lambda a: (costs[a], LAKE_ACTIONS[a] != toward, a))
-    ]
+
+    def tie(a: int) -> tuple[int, int]:
+        if scan is not None:
+            return scan.index(LAKE_ACTIONS[(a + 2) % len(LAKE_ACTIONS)]), a
+        return int(LAKE_ACTIONS[a] != toward), a
+
+    return LAKE_ACTIONS[min(range(len(LAKE_ACTIONS)), key=lambda a: (costs[a], tie(a)))]
 
 
 def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
@@ -395,7 +405,13 @@ def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
     return ExpertMove(thought, moves)
 
 
-def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool, ranked: bool = False) -> ExpertMove:
+# The order in which the scan thought (``lake="scan"``) lists the sides, its ties going to the
+# first: among the 24 orders, the one whose careful play succeeds most often on the dev lakes
+# (docs/results/frozen-lake.md).
+SCAN_ORDER = ("Down", "Up", "Left", "Right")
+
+
+def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool, lake: str = "sides") -> ExpertMove:
     """`careful_move`, with a thought that derives it: what lies on each side, the worst side,
     and the move away from it: "The goal G is 2 above me. Left away, Down wall, Right away, Up
     toward. Worst is Right; a slip never goes back, so I go Left.".
@@ -407,10 +423,13 @@ def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool, ranked: bool = Fa
     where the player stays). On a tie the worst side named is the one `careful_move`'s
     tie-break turns its back on.
 
-    ``ranked`` (``lake="ranked"``) writes the ranking out before the worst side: the sides of
-    each kind from the worst kind down, up to the first kind some side holds, the worst side
-    named first ("Hole: none. Away: Right, Left. Worst is Right; ..."), so that naming the
-    worst side is copying the first name after the labels instead of ranking four of them."""
+    ``lake="ranked"`` writes the ranking out before the worst side: the sides of each kind
+    from the worst kind down, up to the first kind some side holds, the worst side named
+    first ("Hole: none. Away: Right, Left. Worst is Right; ..."), so that naming the worst
+    side is copying the first name after the labels instead of ranking four of them.
+    ``lake="scan"`` is that thought with the sides in SCAN_ORDER, labels and lists alike, and
+    ties going to the side listed first (`careful_move`'s ``scan``): the worst is the first
+    side of the worst kind, read left to right."""
     rows, state = env.rows, env.state
     if not rows:
         raise ExpertError("the lake has no map yet: reset the env first")
@@ -418,33 +437,46 @@ def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool, ranked: bool = Fa
         raise ExpertError("the sides expert reasons about slips: play a slippery lake")
     if rows[state // len(rows)][state % len(rows)] in "GH":
         raise ExpertError("the episode is over: the player is on the goal or in a hole")
-    move = careful_move(rows, transition_table(tuple(rows), True), state)
+    scan = SCAN_ORDER if lake == "scan" else None
+    move = careful_move(rows, transition_table(tuple(rows), True), state, scan)
     worst = LAKE_ACTIONS[(LAKE_ACTIONS.index(move) + 2) % len(LAKE_ACTIONS)]
-    kinds = side_kinds(rows, state)
-    sides = ", ".join(f"{side} {kind}" for side, kind in zip(LAKE_ACTIONS, kinds, strict=True))
-    ranking = f" {_ranking(rows, state, kinds, worst)}" if ranked else ""
+    kinds = dict(zip(LAKE_ACTIONS, side_kinds(rows, state), strict=True))
+    listed = scan or LAKE_ACTIONS
+    sides = ", ".join(f"{side} {kinds[side]}" for side in listed)
+    if lake == "sides":
+        ranking = ""
+    else:
+        order = listed if scan else _tie_order(rows, state)
+        ranking = f" {_ranking(kinds, worst, order)}"
     moves = (move,) * limit
     goal = goal_sentence(rows, state, located=located)
     why = f"Worst is {worst}; a slip never goes back, so I go {' then '.join(moves)}."
     return ExpertMove(f"{goal} {sides}.{ranking} {why}", moves)
 
 
-def _ranking(rows: tuple[str, ...], state: int, kinds: tuple[str, ...], worst: str) -> str:
-    """The sides of each kind from the worst kind down to the first that a side holds: "Hole:
-    none. Away: Right, Left.". ``worst`` comes first; the other sides in `careful_move`'s
-    tie-break order of the moves opposite them (the move toward the goal, then ACTIONS order).
-    A side toward the goal is never worst (at most two sides are), so the list ends by the
-    edge."""
+def _tie_order(rows: tuple[str, ...], state: int) -> list[str]:
+    """The sides in `careful_move`'s tie-break order of the moves opposite them: the side
+    behind the move toward the goal first, then by the opposite move's place in ACTIONS."""
     toward = toward_goal("".join(rows).index("G"), state, len(rows))
+    n = len(LAKE_ACTIONS)
+    return sorted(
+        LAKE_ACTIONS,
+        key=lambda side: (
+            LAKE_ACTIONS[(LAKE_ACTIONS.index(side) + 2) % n] != toward,
+            (LAKE_ACTIONS.index(side) + 2) % n,
+        ),
+    )
 
-    def order(side: int) -> tuple[bool, bool, int]:
-        opposite = (side + 2) % len(LAKE_ACTIONS)
-        return LAKE_ACTIONS[side] != worst, LAKE_ACTIONS[opposite] != toward, opposite
 
+def _ranking(kinds: dict[str, str], worst: str, order: Sequence[str]) -> str:
+    """The sides of each kind (``kinds``: side -> SIDE_KINDS entry) from the worst kind down to
+    the first that a side holds: "Hole: none. Away: Right, Left.". ``worst`` comes first, the
+    other sides in ``order``. A side toward the goal is never worst (at most two sides are),
+    so the list ends by the edge."""
     groups = []
     for kind in reversed(SIDE_KINDS[1:]):
-        held = sorted((side for side, k in enumerate(kinds) if k == kind), key=order)
-        groups.append(f"{kind.capitalize()}: {', '.join(LAKE_ACTIONS[s] for s in held) or 'none'}.")
+        held = sorted((s for s in order if kinds[s] == kind), key=lambda s: s != worst)
+        groups.append(f"{kind.capitalize()}: {', '.join(held) or 'none'}.")
         if held:
             return " ".join(groups)
     raise AssertionError(f"no side of {kinds} is worse than toward the goal")

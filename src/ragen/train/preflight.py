@@ -178,7 +178,7 @@ def check_expert(c: Config, head: str = "", fix: str = "") -> None:
             "any env with an expert(limit, located) method "
             f"(docs/guides/adding-an-environment.md){fix}"
         )
-    slips = c.sft.lake_expert in ("sides", "ranked")
+    slips = c.sft.lake_expert in ("sides", "ranked", "scan")
     if slips and isinstance(env, FrozenLakeEnv) and not env.slippery:
         raise ConfigError(
             f"{head}sft.lake_expert={c.sft.lake_expert} reasons about slips, and this lake is "
