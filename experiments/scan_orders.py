@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from functools import partial
 from pathlib import Path
 
 from ragen import envs
@@ -28,6 +29,11 @@ from ragen.train.evaluator import eval_seeds
 RESULTS = Path(__file__).parent / "results"
 LARGER_OFFSET = "larger offset"
 """The row of `careful_move`'s own tie-break, toward the goal along its larger offset."""
+
+
+def _repeat(moves: list[str], cell: int, actions_left: int) -> list[str]:
+    """One turn of the move ``moves`` gives ``cell``."""
+    return [moves[cell]]
 
 
 def success_by_order(n: int, split: str, turns: int) -> dict[str, float]:
@@ -42,7 +48,8 @@ def success_by_order(n: int, split: str, turns: int) -> dict[str, float]:
         table = transition_table(rows, env.slippery)
         for order in orders:
             moves = [careful_move(rows, table, cell, order) for cell in range(len(rows) ** 2)]
-            totals[order] += turn_play_success(table, start, lambda c, _: [moves[c]], turns, 1)
+            play = partial(_repeat, moves)
+            totals[order] += turn_play_success(table, start, play, turns, 1)
     return {
         ", ".join(order) if order else LARGER_OFFSET: total / n for order, total in totals.items()
     }
