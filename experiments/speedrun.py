@@ -148,8 +148,26 @@ def holes_beside_count(rows: tuple[str, ...], cell: int) -> int:
     return sum(near is not None and tiles[near] == "H" for near in neighbours(len(rows), cell))
 
 
-# A sides thought's labels ("Left away, Down wall, Right toward, Up hole"), in ACTIONS order.
-SIDE_LABELS = re.compile(", ".join(rf"{side} (\w+)" for side in ACTIONS))
+# A sides thought's labels ("Left away, Down wall, Right toward, Up hole"), in any order of
+# the four sides (the scan thought lists them Down, Up, Left, Right).
+SIDE_LABEL = re.compile(rf"\b({'|'.join(ACTIONS)}) ({'|'.join(SIDE_KINDS)})\b")
+
+
+def said_kinds(think: str) -> tuple[str, ...] | None:
+    """The kinds a thought's labels give the four sides, in ACTIONS order; None unless it
+    labels each side exactly once."""
+    said = dict(SIDE_LABEL.findall(think))
+    if len(SIDE_LABEL.findall(think)) != len(ACTIONS) or len(said) != len(ACTIONS):
+        return None
+    return tuple(said[side] for side in ACTIONS)
+
+
+def worst_kind_ties(rows: tuple[str, ...], cell: int) -> str:
+    """How many sides of ``cell`` hold the worst kind there is beside it ("1" or "2+"): on a
+    tie the careful move is decided by its tie-break, not by the kinds."""
+    kinds = side_kinds(rows, cell)
+    worst = max(kinds, key=SIDE_KINDS.index)
+    return "1" if kinds.count(worst) == 1 else "2+"
 
 
 def lake_agreement(episodes_file: Path, options: dict) -> dict:
@@ -159,6 +177,10 @@ def lake_agreement(episodes_file: Path, options: dict) -> dict:
     episode replayed from its seed, whose slip stream makes every move land where it landed.
     What the policy reads of the lake, beside the share of episodes one action sequence took.
 
+    ``careful_by_worst_ties``: the careful share by how many sides hold the worst kind beside
+    the cell ("1", "2+"; `worst_kind_ties`), where the sides thoughts name the worst outright
+    or must break a tie.
+
     ``side_labels``: where the turns' thoughts name what lies on each side (the sides
     expert's "Left away, Down wall, ..."), the share of those turns whose four labels all
     match `frozen_lake.side_kinds` of the cell, and per true kind the share labelled right;
@@ -167,6 +189,7 @@ def lake_agreement(episodes_file: Path, options: dict) -> dict:
     same = {"careful": 0, "toward": 0}
     moves = 0
     by_holes = {"0": [0, 0], "1": [0, 0], "2+": [0, 0]}  # [careful moves, moves]
+    by_ties = {"1": [0, 0], "2+": [0, 0]}
     labelled, all_right = 0, 0
     by_kind = {kind: [0, 0] for kind in SIDE_KINDS}  # [labelled right, sides of that kind]
     for episode in read_jsonl(episodes_file).records:
@@ -174,12 +197,12 @@ def lake_agreement(episodes_file: Path, options: dict) -> dict:
         table, goal = transition_table(env.rows, env.slippery), "".join(env.rows).index("G")
         over = False
         for turn in episode["turns"]:
-            said = SIDE_LABELS.search(turn.get("think") or "")
+            said = said_kinds(turn.get("think") or "")
             if said and turn["actions"]:
                 truth = side_kinds(env.rows, env.state)
                 labelled += 1
-                all_right += said.groups() == truth
-                for kind, label in zip(truth, said.groups(), strict=True):
+                all_right += said == truth
+                for kind, label in zip(truth, said, strict=True):
                     by_kind[kind][0] += label == kind
                     by_kind[kind][1] += 1
             for action in turn["actions"]:
@@ -191,6 +214,9 @@ def lake_agreement(episodes_file: Path, options: dict) -> dict:
                 bucket = by_holes[("0", "1", "2+")[min(count, 2)]]
                 bucket[0] += careful
                 bucket[1] += 1
+                ties = by_ties[worst_kind_ties(env.rows, env.state)]
+                ties[0] += careful
+                ties[1] += 1
                 over = env.step(action).terminated
                 if over:
                     break
@@ -201,6 +227,10 @@ def lake_agreement(episodes_file: Path, options: dict) -> dict:
         k: (hit / n if n else None) for k, (hit, n) in by_holes.items()
     }
     shares["moves_by_holes_beside"] = {k: n for k, (_, n) in by_holes.items()}
+    shares["careful_by_worst_ties"] = {
+        k: (hit / n if n else None) for k, (hit, n) in by_ties.items()
+    }
+    shares["moves_by_worst_ties"] = {k: n for k, (_, n) in by_ties.items()}
     shares["side_labels"] = (
         {
             "turns": labelled,

@@ -142,6 +142,8 @@ def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
     agreement = speedrun.lake_agreement(file, options)
     assert agreement["careful"] == 1.0
     assert set(agreement["careful_by_holes_beside"].values()) <= {1.0, None}
+    assert set(agreement["careful_by_worst_ties"].values()) <= {1.0, None}
+    assert sum(agreement["moves_by_worst_ties"].values()) == sum(len(e["turns"]) for e in played)
     assert sum(agreement["moves_by_holes_beside"].values()) == sum(len(e["turns"]) for e in played)
     flip = {"Left": "Right", "Right": "Left", "Up": "Down", "Down": "Up"}
     for episode in played:
@@ -177,6 +179,29 @@ def test_side_labels_judge_each_sides_thought_against_the_cell_it_was_made_on(tm
             turn["think"] = "I go."
     _write(file, played)
     assert speedrun.lake_agreement(file, options)["side_labels"] is None
+
+
+@pytest.mark.parametrize("lake", ["ranked", "scan"])
+def test_side_labels_read_the_ranked_and_scan_thoughts_in_their_order(tmp_path, lake):
+    options = {"random_ends": True}
+    played = _expert_episodes(lake, options)
+    labels = speedrun.lake_agreement(_write(tmp_path / "eval.jsonl", played), options)
+    assert labels["side_labels"]["turns"] == sum(len(e["turns"]) for e in played)
+    assert labels["side_labels"]["all_right"] == 1.0
+
+
+def test_said_kinds_needs_each_side_labelled_once():
+    scan = "The goal G is 2 above me. Down wall, Up toward, Left away, Right away. Away: Left."
+    assert speedrun.said_kinds(scan) == ("away", "wall", "away", "toward")
+    assert speedrun.said_kinds("Down wall, Up toward, Left away.") is None
+    assert speedrun.said_kinds("Down wall, Up toward, Left away, Left hole, Right away.") is None
+
+
+def test_worst_kind_ties_counts_the_sides_holding_the_worst_kind():
+    # goal straight above on the bottom row: Left and Right both a step away, Down the edge
+    assert speedrun.worst_kind_ties(("FGF", "FFF", "FSF"), 7) == "2+"
+    # a hole above: the one worst side
+    assert speedrun.worst_kind_ties(("HFF", "SFF", "FFG"), 3) == "1"
 
 
 def test_holes_beside_counts_the_four_neighbours_inside_the_lake():
