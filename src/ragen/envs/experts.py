@@ -407,7 +407,7 @@ def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
 
 # The order in which the scan thought (``lake="scan"``) lists the sides, its ties going to the
 # first: among the 24 orders, the one whose careful play succeeds most often on the dev lakes
-# (docs/results/frozen-lake.md).
+# (`python -m experiments.scan_orders`; the figures in docs/performance.md).
 SCAN_ORDER = ("Down", "Up", "Left", "Right")
 
 
