@@ -156,8 +156,9 @@ SIDE_LABEL = re.compile(rf"\b({'|'.join(ACTIONS)}) ({'|'.join(SIDE_KINDS)})\b")
 def said_kinds(think: str) -> tuple[str, ...] | None:
     """The kinds a thought's labels give the four sides, in ACTIONS order; None unless it
     labels each side exactly once."""
-    said = dict(SIDE_LABEL.findall(think))
-    if len(SIDE_LABEL.findall(think)) != len(ACTIONS) or len(said) != len(ACTIONS):
+    labels = SIDE_LABEL.findall(think)
+    said = dict(labels)
+    if len(labels) != len(ACTIONS) or len(said) != len(ACTIONS):
         return None
     return tuple(said[side] for side in ACTIONS)
 

@@ -394,11 +394,12 @@ def test_careful_lake_play_scores_what_its_policy_is_worth():
 
 
 @pytest.mark.parametrize(
-    ("rows", "thought"),
+    ("lake", "rows", "thought"),
     [
         # The careful lake above: the edge left, Down and Right one step nearer the goal,
         # the hole above; Down turns its back on the hole.
         (
+            "sides",
             ("HFF", "SFF", "FFG"),
             "The goal G is 1 below and 2 right of me. Left wall, Down toward, Right toward, "
             "Up hole. Worst is Up; a slip never goes back, so I go Down.",
@@ -408,20 +409,40 @@ def test_careful_lake_play_scores_what_its_policy_is_worth():
         # below, where the player stays, (3 + 1 + 2) / 3. Left and Right tie; Left comes
         # first in ACTIONS order, so Right is the side named worst.
         (
+            "sides",
             ("FGF", "FFF", "FSF"),
             "The goal G is 2 above me. Left away, Down wall, Right away, Up toward. Worst is "
             "Right; a slip never goes back, so I go Left.",
         ),
+        # The scan thought (sides in SCAN_ORDER, a tie to the first listed): Left and Right
+        # tie as steps away, Left is listed first, so it is the worst.
+        (
+            "scan",
+            ("FGF", "FFF", "FSF"),
+            "The goal G is 2 above me. Down wall, Up toward, Left away, Right away. Hole: none. "
+            "Away: Left, Right. Worst is Left; a slip never goes back, so I go Right.",
+        ),
+        # The two edges of the corner tie: Up comes before Left.
+        (
+            "scan",
+            ("SFF", "FFF", "FFG"),
+            "The goal G is 2 below and 2 right of me. Down toward, Up wall, Left wall, Right "
+            "toward. Hole: none. Away: none. Wall: Up, Left. Worst is Up; a slip never goes "
+            "back, so I go Down.",
+        ),
     ],
 )
-def test_the_sides_lake_expert_moves_opposite_the_worst_side(rows, thought):
+def test_the_sides_lake_experts_move_opposite_the_worst_side(lake, rows, thought):
     env = envs.make("frozen-lake")
     env.load(rows, 0)
-    move = expert_move(env, 1, 10, lake="sides")
+    move = expert_move(env, 1, 10, lake=lake)
     assert (move.thought, move.answer) == (thought, (thought.rsplit(" ", 1)[1][:-1],))
-    assert move.answer == expert_move(env, 1, 10, lake="careful").answer
-    assert expert_move(env, 2, 10, lake="sides").answer == move.answer * 2
-    located = expert_move(env, 1, 10, "located", lake="sides").thought
+    scan = SCAN_ORDER if lake == "scan" else None
+    assert move.answer == (careful_move(rows, transition_table(rows), env.state, scan),)
+    if lake == "sides":
+        assert move.answer == expert_move(env, 1, 10, lake="careful").answer
+    assert expert_move(env, 2, 10, lake=lake).answer == move.answer * 2
+    located = expert_move(env, 1, 10, "located", lake=lake).thought
     assert located.startswith("I am at row ") and located.endswith(thought.split(". ", 1)[1])
 
 
@@ -465,33 +486,6 @@ def test_the_ranked_thought_lists_the_worst_kinds_sides_before_naming_the_worst(
     head, tail = sides.thought.split(" Worst is ")
     assert ranked.thought == f"{head} {ranking} Worst is {tail}"
     assert ranked.answer == sides.answer
-
-
-@pytest.mark.parametrize(
-    ("rows", "thought"),
-    [
-        # Left and Right tie as steps away: Left is listed first, so it is the worst.
-        (
-            ("FGF", "FFF", "FSF"),
-            "The goal G is 2 above me. Down wall, Up toward, Left away, Right away. Hole: none. "
-            "Away: Left, Right. Worst is Left; a slip never goes back, so I go Right.",
-        ),
-        # The two edges of the corner tie: Up comes before Left.
-        (
-            ("SFF", "FFF", "FFG"),
-            "The goal G is 2 below and 2 right of me. Down toward, Up wall, Left wall, Right "
-            "toward. Hole: none. Away: none. Wall: Up, Left. Worst is Up; a slip never goes "
-            "back, so I go Down.",
-        ),
-    ],
-)
-def test_the_scan_thought_lists_the_sides_in_its_order_and_a_tie_goes_to_the_first(rows, thought):
-    env = envs.make("frozen-lake")
-    env.load(rows, 0)
-    move = expert_move(env, 1, 10, lake="scan")
-    assert (move.thought, move.answer) == (thought, (thought.rsplit(" ", 1)[1][:-1],))
-    table = transition_table(rows)
-    assert move.answer == (careful_move(rows, table, env.state, SCAN_ORDER),)
 
 
 @pytest.mark.parametrize("lake", ["ranked", "scan"])

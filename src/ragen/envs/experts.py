@@ -92,7 +92,7 @@ def expert_move(
         return _toward_lake(env, limit, located)
     if isinstance(env, FrozenLakeEnv) and lake == "careful":
         return _careful_lake(env, limit, located)
-    if isinstance(env, FrozenLakeEnv) and lake in ("sides", "ranked", "scan"):
+    if isinstance(env, FrozenLakeEnv) and lake in SIDES_EXPERTS:
         return _sides_lake(env, limit, located, lake)
     if isinstance(env, FrozenLakeEnv):
         return _frozen_lake(env, limit, actions_left, located)
@@ -370,16 +370,25 @@ def careful_move(
     ``scan`` (the four action names in some order) the tie goes instead to the move opposite
     the side that comes first in it: the rule of a thought that lists the sides in that
     order and names the first of the worst kind (``lake="scan"``)."""
-    size = len(rows)
-    toward = toward_goal("".join(rows).index("G"), cell, size)
+    toward = toward_goal("".join(rows).index("G"), cell, len(rows))
     costs = [careful_cost(rows, table, cell, a) for a in range(len(LAKE_ACTIONS))]
+    return LAKE_ACTIONS[
+        min(range(len(LAKE_ACTIONS)), key=lambda a: (costs[a], _tie_key(a, toward, scan)))
+    ]
 
-    def tie(a: int) -> tuple[int, int]:
-        if scan is not None:
-            return scan.index(LAKE_ACTIONS[(a + 2) % len(LAKE_ACTIONS)]), a
-        return int(LAKE_ACTIONS[a] != toward), a
 
-    return LAKE_ACTIONS[min(range(len(LAKE_ACTIONS)), key=lambda a: (costs[a], tie(a)))]
+def _opposite(action: int) -> int:
+    """The index in ACTIONS of the move opposite ``action``'s (Left and Right, Down and Up)."""
+    return (action + 2) % len(LAKE_ACTIONS)
+
+
+def _tie_key(action: int, toward: str, scan: Sequence[str] | None) -> tuple[int, int]:
+    """`careful_move`'s order among equally careful moves (lowest first): the move ``toward``
+    the goal, or with ``scan`` the move opposite the side listed first in it; then ACTIONS
+    order."""
+    if scan is not None:
+        return scan.index(LAKE_ACTIONS[_opposite(action)]), action
+    return int(LAKE_ACTIONS[action] != toward), action
 
 
 def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
@@ -404,6 +413,10 @@ def _careful_lake(env: FrozenLakeEnv, limit: int, located: bool) -> ExpertMove:
     thought = f"{goal} {holes_beside(rows, state)}{walls} {why}, so I go {' then '.join(moves)}."
     return ExpertMove(thought, moves)
 
+
+SIDES_EXPERTS = ("sides", "ranked", "scan")
+"""The lake experts whose thought names what lies on each side: they reason about slips, so
+they play slippery lakes only."""
 
 # The order in which the scan thought (``lake="scan"``) lists the sides, its ties going to the
 # first: among the 24 orders, the one whose careful play succeeds most often on the dev lakes
@@ -439,33 +452,23 @@ def _sides_lake(env: FrozenLakeEnv, limit: int, located: bool, lake: str = "side
         raise ExpertError("the episode is over: the player is on the goal or in a hole")
     scan = SCAN_ORDER if lake == "scan" else None
     move = careful_move(rows, transition_table(tuple(rows), True), state, scan)
-    worst = LAKE_ACTIONS[(LAKE_ACTIONS.index(move) + 2) % len(LAKE_ACTIONS)]
+    worst = LAKE_ACTIONS[_opposite(LAKE_ACTIONS.index(move))]
     kinds = dict(zip(LAKE_ACTIONS, side_kinds(rows, state), strict=True))
-    listed = scan or LAKE_ACTIONS
-    sides = ", ".join(f"{side} {kinds[side]}" for side in listed)
+    sides = ", ".join(f"{side} {kinds[side]}" for side in scan or LAKE_ACTIONS)
     if lake == "sides":
         ranking = ""
     else:
-        order = listed if scan else _tie_order(rows, state)
+        # the sides in the tie-break order of the moves opposite them (with scan, scan's own)
+        toward = toward_goal("".join(rows).index("G"), state, len(rows))
+        order = sorted(
+            LAKE_ACTIONS,
+            key=lambda side: _tie_key(_opposite(LAKE_ACTIONS.index(side)), toward, scan),
+        )
         ranking = f" {_ranking(kinds, worst, order)}"
     moves = (move,) * limit
     goal = goal_sentence(rows, state, located=located)
     why = f"Worst is {worst}; a slip never goes back, so I go {' then '.join(moves)}."
     return ExpertMove(f"{goal} {sides}.{ranking} {why}", moves)
-
-
-def _tie_order(rows: tuple[str, ...], state: int) -> list[str]:
-    """The sides in `careful_move`'s tie-break order of the moves opposite them: the side
-    behind the move toward the goal first, then by the opposite move's place in ACTIONS."""
-    toward = toward_goal("".join(rows).index("G"), state, len(rows))
-    n = len(LAKE_ACTIONS)
-    return sorted(
-        LAKE_ACTIONS,
-        key=lambda side: (
-            LAKE_ACTIONS[(LAKE_ACTIONS.index(side) + 2) % n] != toward,
-            (LAKE_ACTIONS.index(side) + 2) % n,
-        ),
-    )
 
 
 def _ranking(kinds: dict[str, str], worst: str, order: Sequence[str]) -> str:

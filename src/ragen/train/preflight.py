@@ -26,7 +26,7 @@ from ragen import envs, models
 from ragen.algos import advantages
 from ragen.config import Config, ConfigError, ModelConfig, env_options, is_device
 from ragen.config.errors import reason, shown
-from ragen.envs.experts import has_expert
+from ragen.envs.experts import SIDES_EXPERTS, has_expert
 from ragen.envs.frozen_lake import FrozenLakeEnv
 from ragen.rollout import rewards
 from ragen.train import distributed
@@ -178,7 +178,7 @@ def check_expert(c: Config, head: str = "", fix: str = "") -> None:
             "any env with an expert(limit, located) method "
             f"(docs/guides/adding-an-environment.md){fix}"
         )
-    slips = c.sft.lake_expert in ("sides", "ranked", "scan")
+    slips = c.sft.lake_expert in SIDES_EXPERTS
     if slips and isinstance(env, FrozenLakeEnv) and not env.slippery:
         raise ConfigError(
             f"{head}sft.lake_expert={c.sft.lake_expert} reasons about slips, and this lake is "
