@@ -460,6 +460,18 @@ def killed_record(folder: Path) -> dict:
     return {"folder": str(folder), "stages": stages}
 
 
+def read_agreement(args: argparse.Namespace, records: list[dict]) -> None:
+    """Each FrozenLake record's ``same_move_as``, read from the test episodes its seed folder
+    keeps, whenever they ran; a record written back into a folder without them (runs/ lost)
+    keeps the reading it was written with."""
+    for record in records:
+        for name in TEST_TEMPERATURES:
+            folder = args.out / f"seed-{record['training_seed']}" / f"test-{name}"
+            episodes = folder / "trajectories" / "eval.jsonl"
+            if episodes.exists():
+                record["test"][name]["same_move_as"] = lake_agreement(episodes, args.env_options)
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("preset", help="the preset the recipe starts from (frozen-lake, sokoban, …)")
@@ -524,13 +536,8 @@ def main(argv: list[str] | None = None) -> None:
     for aside in sorted(args.out.glob("seed-*.killed-*")):
         if str(aside) not in {k["folder"] for k in killed}:
             killed.append(killed_record(aside))
-    if args.env_name == "frozen-lake":  # read from the episodes kept, whenever they ran
-        for record in records:
-            for name in TEST_TEMPERATURES:
-                episodes = args.out / f"seed-{record['training_seed']}" / f"test-{name}"
-                record["test"][name]["same_move_as"] = lake_agreement(
-                    episodes / "trajectories" / "eval.jsonl", args.env_options
-                )
+    if args.env_name == "frozen-lake":
+        read_agreement(args, records)
     target = TARGETS.get(args.env_name)
     result = {
         "name": args.name,

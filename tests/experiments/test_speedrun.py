@@ -152,6 +152,33 @@ def test_lake_agreement_replays_each_episode_through_its_slips(tmp_path):
     assert speedrun.lake_agreement(file, options)["careful"] == pytest.approx(9 / 43)
 
 
+def test_a_record_written_back_without_its_episodes_keeps_its_reading(tmp_path):
+    # seed 0 keeps its test episodes: read again from them; seed 1's folder lost them (a
+    # record written back from the result JSON): its reading stays as recorded
+    options = {"random_ends": True}
+    out = tmp_path / "speedrun"
+    for name in speedrun.TEST_TEMPERATURES:
+        folder = out / "seed-0" / f"test-{name}" / "trajectories"
+        folder.mkdir(parents=True)
+        _write(folder / "eval.jsonl", _expert_episodes("careful", options))
+    recorded = {"careful": 0.5, "toward": 0.25}
+    records = [
+        {
+            "training_seed": seed,
+            "test": {n: {"same_move_as": dict(recorded)} for n in ("t0.5", "greedy")},
+        }
+        for seed in (0, 1)
+    ]
+    args = speedrun.parse(["frozen-lake", "--out", str(out)])
+    args.env_options = options
+    speedrun.read_agreement(args, records)
+    assert [records[0]["test"][n]["same_move_as"]["careful"] for n in ("t0.5", "greedy")] == [
+        1.0,
+        1.0,
+    ]
+    assert [records[1]["test"][n]["same_move_as"] for n in ("t0.5", "greedy")] == [recorded] * 2
+
+
 def test_side_labels_judge_each_sides_thought_against_the_cell_it_was_made_on(tmp_path):
     # The sides expert's own thoughts label every side right; one thought whose "wall" is
     # written "away" is wrong on that side alone.
