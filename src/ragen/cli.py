@@ -345,17 +345,18 @@ def _cmd_eval_api(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ragen import models
+    from ragen.run.rundir import check_eval_out, default_run_root
+
+    if args.api is not None or args.base_url is not None:
+        return _cmd_eval_api(args)
+    cfg = _eval_config(args)  # everything is checked before the model loads
+    out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
+    check_eval_out(out)
+
+    from ragen import models  # seconds of imports, after the refusals
     from ragen.host import threads
     from ragen.rollout.engines import make_generator
-    from ragen.run.rundir import default_run_root
-    from ragen.train.evaluator import (
-        EvalRequest,
-        check_eval_out,
-        evaluate,
-        format_summary,
-        write_eval,
-    )
+    from ragen.train.evaluator import EvalRequest, evaluate, format_summary, write_eval
     from ragen.train.preflight import (
         check_demonstrations,
         check_device,
@@ -364,11 +365,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
     from ragen.train.setup import resolve_device
 
-    if args.api is not None or args.base_url is not None:
-        return _cmd_eval_api(args)
-    cfg = _eval_config(args)  # everything is checked before the model loads
-    out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
-    check_eval_out(out)
     check_device(cfg.trainer.device)  # the model folder is checked as it loads
     import_envs(cfg)  # user code, imported only now that a run starts
     check_demonstrations(cfg, [args.env])

@@ -206,6 +206,21 @@ def check_metrics(run: RunDir) -> None:
         raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
 
 
+def eval_files(out: Path) -> tuple[Path, Path]:
+    """(summary file, episode file) of a standalone evaluation in ``out``."""
+    run = RunDir(out)
+    return run.evals, run.trajectories / "eval.jsonl"
+
+
+def check_eval_out(out: Path) -> None:
+    """Refuse, before the model loads, an output folder that cannot be written (a full or
+    read-only disk, a name too long) or that already holds an evaluation's episodes."""
+    RunDir(out).check_writable()
+    _, episodes = eval_files(out)
+    if episodes.exists():
+        raise RunDirError(f"{episodes} already exists: choose another --out")
+
+
 def default_run_root(preset: str, now: datetime | None = None) -> Path:
     """``runs/<preset name>-<UTC time>``; a preset file contributes its stem, and the
     punctuation of a user env's ``package.module:Class`` becomes dashes."""

@@ -104,8 +104,8 @@ def run(args: argparse.Namespace, config: Config, client: ChatClient) -> int:
     from pathlib import Path
 
     from ragen.rollout.chat_api import ApiError
-    from ragen.run.rundir import default_run_root
-    from ragen.train.evaluator import EvalRequest, check_eval_out, format_summary, write_eval
+    from ragen.run.rundir import check_eval_out, default_run_root
+    from ragen.train.evaluator import EvalRequest, format_summary, write_eval
     from ragen.train.preflight import check_demonstrations, import_envs, import_reward_terms
 
     out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")

@@ -19,8 +19,8 @@ from ragen.rollout.engines import CachedGenerator, Generator
 from ragen.rollout.engines.memory import kept_cache_episodes
 from ragen.rollout.loop import SPLIT_SEED_BASES, RolloutSpec, rollout
 from ragen.rollout.trajectory import END_REASONS, Trajectory
-from ragen.run.jsonl import RunDirError, append_jsonl, rewrite_jsonl
-from ragen.run.rundir import SEED_SUCCESSES, RunDir
+from ragen.run.jsonl import append_jsonl, rewrite_jsonl
+from ragen.run.rundir import SEED_SUCCESSES, RunDir, eval_files
 from ragen.train import distributed
 
 _TRAINER = TrainerConfig()  # the evaluation defaults, defined there
@@ -196,25 +196,10 @@ def _cost(spent: dict, counts: dict, spent_after: dict, counts_after: dict) -> d
     return cost
 
 
-def eval_files(out: Path) -> tuple[Path, Path]:
-    """(summary file, episode file) of a standalone evaluation in ``out``."""
-    run = RunDir(out)
-    return run.evals, run.trajectories / "eval.jsonl"
-
-
-def check_eval_out(out: Path) -> None:
-    """Refuse, before the model loads, an output folder that cannot be written (a full or
-    read-only disk, a name too long) or that already holds an evaluation's episodes."""
-    RunDir(out).check_writable()
-    _, episodes = eval_files(out)
-    if episodes.exists():
-        raise RunDirError(f"{episodes} already exists: choose another --out")
-
-
 def write_eval(out: Path, summary: dict, trajectories: list[Trajectory], model: str) -> None:
     """Write every episode to trajectories/eval.jsonl and append the summary to eval.jsonl,
-    both or neither: a failed write (a disk filled since `check_eval_out`) leaves no episode
-    file and eval.jsonl as it was, and raises RunDirError saying what to do."""
+    both or neither: a failed write (a disk filled since `check_eval_out` passed) leaves no
+    episode file and eval.jsonl as it was, and raises RunDirError saying what to do."""
     summaries, episodes = eval_files(out)
     with RunDir(out).writing(out, then="run `ragen eval` again"):
         episodes.parent.mkdir(parents=True, exist_ok=True)
