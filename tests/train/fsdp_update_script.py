@@ -1,11 +1,14 @@
-"""One PPO update of a tiny policy and critic, for test_distributed.py.
+"""`ragen train`, then one PPO update of a tiny policy and critic, for test_distributed.py.
 
-Under torchrun (``python -m torch.distributed.run --nproc_per_node 2 THIS OUT``) the models are
-sharded with FSDP2 and rank 0 writes the final weights and the metrics to ``OUT/result.pt``;
-the test imports ``update`` to compute the same update in one process. The batch is made to
-test what an end-to-end run does not reach: mini-batches of 3 and 1 rows split 1+2 and 0+1 over
-2 ranks (the ranks pad with passes that do not count, one of them with no row of its own), and
-a non-finite advantage in one row, whose mini-batch every rank skips.
+Under torchrun (``python -m torch.distributed.run --nproc_per_node 2 THIS OUT [TRAIN ARGS]``)
+the processes join their group, run ``ragen train TRAIN ARGS`` in it as ``torchrun -m ragen``
+would (one launch for both: each launch costs its processes seconds of imports), then shard
+the update's models with FSDP2, and rank 0 writes the final weights and the metrics to
+``OUT/result.pt``; the test imports ``update`` to compute the same update in one process.
+The batch is made to test what an end-to-end run does not reach: mini-batches of 3 and 1
+rows split 1+2 and 0+1 over 2 ranks (the ranks pad with passes that do not count, one of
+them with no row of its own), and a non-finite advantage in one row, whose mini-batch every
+rank skips.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ragen import models
+from ragen.cli import main
 from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed, fsdp
 from ragen.train.scoring import policy_logprobs
@@ -78,6 +82,8 @@ def update(sharded: bool) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     with distributed.session(torch.device("cpu")):
+        if len(sys.argv) > 2 and (status := main(["train", *sys.argv[2:]])) != 0:
+            sys.exit(status)
         weights, metrics = update(sharded=True)
         if distributed.is_main():
             torch.save({"weights": weights, "metrics": metrics}, Path(sys.argv[1]) / "result.pt")

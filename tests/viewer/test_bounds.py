@@ -84,7 +84,9 @@ def test_a_step_file_swapped_for_a_symlink_mid_request_is_never_served(
     swapper = threading.Thread(target=swap, daemon=True)
     swapper.start()
     served, refused, requests = [], 0, 0
-    deadline = time.monotonic() + 8.0  # a check-then-open reader served the secret ~once a second
+    # A check-then-open reader served the secret about once a second: 5 s of racing would
+    # miss it in about 1 run of 150 (e**-5).
+    deadline = time.monotonic() + 5.0
     try:
         while time.monotonic() < deadline:
             requests += 1

@@ -92,10 +92,19 @@ def local_device(device: torch.device) -> torch.device:
 @contextmanager
 def session(device: torch.device) -> Iterator[None]:
     """Join the process group for the run (gloo for a CPU device, NCCL for CUDA) and leave
-    it at the end; with one process there is nothing to join."""
+    it at the end; with one process there is nothing to join. A group the caller joined
+    already (a script under torchrun that calls ``ragen.cli.main`` inside its own session) is
+    used as it is and left to the caller."""
     global _device
     if launched_world_size() == 1:
         yield
+        return
+    if dist.is_initialized():
+        previous, _device = _device, device
+        try:
+            yield
+        finally:
+            _device = previous
         return
     missing = [n for n in ("RANK", "MASTER_ADDR", "MASTER_PORT") if n not in os.environ]
     if missing:
