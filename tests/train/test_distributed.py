@@ -100,17 +100,28 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _torchrun_cmd(launch: list[str], args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "ragen", "train", *args]
+RAGEN_TRAIN = ("-m", "ragen", "train")  # what torchrun starts in each process, by default
+
+
+def _torchrun_cmd(
+    launch: list[str], args: list[str], program: tuple[str, ...] = RAGEN_TRAIN
+) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *launch, *program, *args]
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def _torchrun(launch: list[str], args: list[str]) -> subprocess.CompletedProcess:
+def _torchrun(
+    launch: list[str], args: list[str], program: tuple[str, ...] = RAGEN_TRAIN
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        _torchrun_cmd(launch, args), capture_output=True, text=True, timeout=600, env=_env()
+        _torchrun_cmd(launch, args, program),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
     )
 
 
@@ -289,9 +300,7 @@ def two_fsdp_processes(tmp_path_factory) -> RunDir:
     update (result.pt, beside the run)."""
     run = RunDir(tmp_path_factory.mktemp("fsdp") / "run")
     args = ["sokoban", *RUN, *FSDP, "trainer.steps=2", "--out", str(run.root)]
-    script = [*TWO_PROCESSES, str(UPDATE_SCRIPT), str(run.root.parent), *args]
-    cmd = [sys.executable, "-m", "torch.distributed.run", *script]
-    _ok(subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env()))
+    _ok(_torchrun(TWO_PROCESSES, [str(run.root.parent), *args], program=(str(UPDATE_SCRIPT),)))
     return run
 
 
