@@ -220,6 +220,10 @@ def test_sft_learning_rate_decays_over_its_steps(tmp_path):
             ["sft", "frozen-lake", "sft.lake_expert=ranked", "env.options.slippery=false"],
             "sft.lake_expert=ranked reasons about slips, and this lake is not slippery",
         ),
+        (
+            ["sft", "sokoban-large", "sft.sokoban_expert=push"],
+            "sft.sokoban_expert=push plays rooms of one box, and env.options.num_boxes=2",
+        ),
     ],
 )
 def test_bad_sft_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):

@@ -116,6 +116,8 @@ EXPERT_THOUGHTS: tuple[str, ...] = get_args(ExpertThought)
 # How the FrozenLake expert picks its moves (ragen.envs.experts).
 LakeExpert = Literal["optimal", "toward", "careful", "sides", "ranked", "scan"]
 LAKE_EXPERTS: tuple[str, ...] = get_args(LakeExpert)
+SokobanExpert = Literal["optimal", "push"]
+SOKOBAN_EXPERTS: tuple[str, ...] = get_args(SokobanExpert)
 # The fixed seed ranges evaluations draw from (ragen.rollout.loop.SPLIT_SEED_BASES).
 EvalSplit = Literal["dev", "test"]
 EVAL_SPLITS: tuple[str, ...] = get_args(EvalSplit)
@@ -602,6 +604,15 @@ class SftConfig:
     optimal also the lake's edges (`env.options.edges`); optimal needs the whole map.
     Success of each on the evaluation lakes: docs/results/frozen-lake.md. Other envs ignore
     it."""
+    sokoban_expert: SokobanExpert = "optimal"
+    """How the Sokoban expert moves: optimal (the first moves of a shortest solution, which
+    needs the whole room) or push (rooms of one box; one move a turn: push the box along the
+    target's larger offset from it, vertical on a tie, from the cell behind it, and until
+    there step to the first side, Up, Down, Left, Right, that comes nearer that cell, else
+    the first aside (along a line the player shares with it), else the first back, never
+    into a wall or the box). push reads only what
+    `env.options.offsets` writes out, and its thought derives the move from it; it solves
+    fewer rooms than optimal (docs/results/sokoban.md). Other envs ignore it."""
     warm_start: bool = False
     """`ragen train` first runs `ragen sft` with this config (these sft.* settings, under
     warm_start_minutes) in RUN/warm_start, then RL from its last checkpoint: RUN/config.yaml

@@ -11,6 +11,11 @@ at row 2, column 3, 1 left of me."): a step a model can check against the grid b
 relates the two.
 
 - Sokoban: the first moves of a shortest solution from the current room (`sokoban_levels.solve`).
+  With ``sokoban="push"`` (rooms of one box), one move a turn of a rule that reads only what
+  the ``offsets`` line writes out (`push_plan`): push the box along the target's larger
+  offset from it, from the cell behind it; until there, step to a side that comes nearer
+  that cell, else one aside, else one back, never into a wall or the box. A weaker player
+  than the solver (docs/results/sokoban.md), but one whose every move follows from the text.
 - FrozenLake: the open-loop plan of the turn's moves that maximises the probability of
   reaching the goal within the actions left, under the known slippery dynamics (finite-
   horizon value iteration over the transition table); replanned each turn, after the slips.
@@ -36,8 +41,9 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from ragen.config import EXPERT_THOUGHTS, LAKE_EXPERTS
+from ragen.config import EXPERT_THOUGHTS, LAKE_EXPERTS, SOKOBAN_EXPERTS
 from ragen.envs.bandit import BanditEnv
 from ragen.envs.base import ExpertError, ExpertMove, grid_cell, relative_position
 from ragen.envs.countdown import CountdownEnv
@@ -53,9 +59,10 @@ from ragen.envs.frozen_lake import (
     toward_goal,
     transition_table,
 )
+from ragen.envs.sokoban import ACTIONS as SOKOBAN_ACTIONS
 from ragen.envs.sokoban import SokobanEnv
 from ragen.envs.sokoban_levels import solve
-from ragen.envs.sokoban_room import Room, cell_distance, relative_cell
+from ragen.envs.sokoban_room import SIDE_STEPS, Room, cell_distance, relative_cell
 
 # Open-loop moves the lake expert plans in one turn: 4**k sequences are searched, and a
 # move planned blind after three slippery ones is rarely better than the next turn's.
@@ -71,11 +78,17 @@ def has_expert(env) -> bool:
 
 
 def expert_move(
-    env, max_actions: int, actions_left: int, thought: str = "relative", lake: str = "optimal"
+    env,
+    max_actions: int,
+    actions_left: int,
+    thought: str = "relative",
+    lake: str = "optimal",
+    sokoban: str = "optimal",
 ) -> ExpertMove:
     """The expert's turn from `env`'s current state: at most `min(max_actions,
     actions_left)` actions (both >= 1); `thought` is one of `config.EXPERT_THOUGHTS`, `lake`
-    (how FrozenLake is played) one of `config.LAKE_EXPERTS`.
+    (how FrozenLake is played) one of `config.LAKE_EXPERTS`, `sokoban` (how Sokoban is
+    played) one of `config.SOKOBAN_EXPERTS`.
 
     Raises ExpertError for an env without an expert or a state it cannot move from.
     """
@@ -85,17 +98,13 @@ def expert_move(
         raise ValueError(f"thought must be one of {', '.join(EXPERT_THOUGHTS)}; got {thought!r}")
     if lake not in LAKE_EXPERTS:
         raise ValueError(f"lake must be one of {', '.join(LAKE_EXPERTS)}; got {lake!r}")
+    if sokoban not in SOKOBAN_EXPERTS:
+        raise ValueError(f"sokoban must be one of {', '.join(SOKOBAN_EXPERTS)}; got {sokoban!r}")
     limit, located = min(max_actions, actions_left), thought == "located"
     if isinstance(env, SokobanEnv):
-        return _sokoban(env, limit, located)
-    if isinstance(env, FrozenLakeEnv) and lake == "toward":
-        return _toward_lake(env, limit, located)
-    if isinstance(env, FrozenLakeEnv) and lake == "careful":
-        return _careful_lake(env, limit, located)
-    if isinstance(env, FrozenLakeEnv) and lake in SIDES_EXPERTS:
-        return _sides_lake(env, limit, located, lake)
+        return _push_sokoban(env) if sokoban == "push" else _sokoban(env, limit, located)
     if isinstance(env, FrozenLakeEnv):
-        return _frozen_lake(env, limit, actions_left, located)
+        return _lake(env, limit, actions_left, located, lake)
     if isinstance(env, BanditEnv):
         return _bandit(env)
     if isinstance(env, CountdownEnv):
@@ -160,7 +169,96 @@ def _sokoban_thought(
     return f"{facts}{plan} {act}"
 
 
+# What a step to each side does under the push rule, in the order it prefers them: nearer the
+# cell behind the box; aside, along a line the player already shares with that cell (the way
+# around a box or a wall in between); back, farther along the other line; into the box; into
+# a wall. Stepping aside before back keeps the player from pacing back and forth.
+PUSH_SIDE_KINDS = ("nearer", "aside", "back", "box", "wall")
+
+
+@dataclass(frozen=True)
+class PushPlan:
+    """The push rule's reading of a one-box room (`push_plan`).
+
+    push: the direction the box goes, along the target's larger offset from it (vertical on
+    a tie); behind: the cell the player pushes it from; kinds: per action (Up, Down, Left,
+    Right) what a step there does, one of PUSH_SIDE_KINDS, empty once the player stands
+    behind the box; move: the push from ``behind``, else the first side of the first kind.
+    """
+
+    push: str
+    behind: int
+    kinds: tuple[str, ...]
+    move: str
+
+
+def push_plan(room: Room) -> PushPlan:
+    """The push rule's move in ``room``, which must hold one box off its target."""
+    if len(room.boxes) != 1 or room.solved:
+        raise ExpertError("the push expert plays a room of one box off its target")
+    width, box, target = room.width, next(iter(room.boxes)), next(iter(room.targets))
+    d_row, d_col = target // width - box // width, target % width - box % width
+    if abs(d_row) >= abs(d_col):
+        push = "Down" if d_row > 0 else "Up"
+    else:
+        push = "Right" if d_col > 0 else "Left"
+    behind = box - room.offsets()[push]
+    if room.player == behind:
+        return PushPlan(push, behind, (), push)
+    to_row = behind // width - room.player // width
+    to_col = behind % width - room.player % width
+    kinds = []
+    for step_row, step_col in SIDE_STEPS:
+        near = room.player + step_row * width + step_col
+        along = to_row if step_row else to_col  # the offset on this step's line
+        if not room.floor[near]:
+            kinds.append("wall")
+        elif near == box:
+            kinds.append("box")
+        elif along * (step_row + step_col) > 0:
+            kinds.append("nearer")
+        else:
+            kinds.append("back" if along else "aside")
+    move = SOKOBAN_ACTIONS[min(range(len(kinds)), key=lambda i: PUSH_SIDE_KINDS.index(kinds[i]))]
+    return PushPlan(push, behind, tuple(kinds), move)
+
+
+def _push_sokoban(env: SokobanEnv) -> ExpertMove:
+    """One move of the push rule, with a thought that derives it from the offsets line:
+    "The target O is 2 below and 1 left of the box X, so I push the box Down, from the cell
+    above it, 2 above and 1 left of me. Up nearer, Down box, Left nearer, Right wall. I go
+    Up." or, behind the box, "... from the cell above it, where I stand. I push Down."."""
+    room, symbols = env.room, env.symbols
+    plan = push_plan(room)
+    box, target, width = next(iter(room.boxes)), next(iter(room.targets)), room.width
+    head = (
+        f"The target {symbols['target']} is {relative_cell(box, target, width, 'the box')} "
+        f"{symbols['box']}, so I push the box {plan.push}, from the cell "
+        f"{_PUSH_FROM[plan.push]} it"
+    )
+    if not plan.kinds:
+        return ExpertMove(f"{head}, where I stand. I push {plan.push}.", (plan.move,))
+    sides = ", ".join(
+        f"{side} {kind}" for side, kind in zip(SOKOBAN_ACTIONS, plan.kinds, strict=True)
+    )
+    where = relative_cell(room.player, plan.behind, width, "me")
+    return ExpertMove(f"{head}, {where}. {sides}. I go {plan.move}.", (plan.move,))
+
+
 # --------------------------------------------------------------------------- FrozenLake
+
+
+def _lake(
+    env: FrozenLakeEnv, limit: int, actions_left: int, located: bool, lake: str
+) -> ExpertMove:
+    """The turn of the FrozenLake expert ``lake`` (`config.LAKE_EXPERTS`)."""
+    if lake == "toward":
+        return _toward_lake(env, limit, located)
+    if lake == "careful":
+        return _careful_lake(env, limit, located)
+    if lake in SIDES_EXPERTS:
+        return _sides_lake(env, limit, located, lake)
+    return _frozen_lake(env, limit, actions_left, located)
 
 
 def goal_probabilities(table: tuple, horizon: int) -> list[list[float]]:

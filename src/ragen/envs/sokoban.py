@@ -34,6 +34,7 @@ from ragen.envs.sokoban_room import (
     cell_distance,
     check_symbols,
     describe_coordinates,
+    describe_offsets,
     draw,
     relative_cell,
 )
@@ -77,7 +78,15 @@ class SokobanEnv:
     floor (SmolLM2's makes `####` and `____` one token each), so in the unspaced grid a
     cell's column is not its token position; spaced, every cell is one token. `coord=True`
     puts RAGEN-2's coordinate block above the grid, as its CoordSokoban shows it
-    (`describe_coordinates`).
+    (`describe_coordinates`). `offsets=True` adds a line under the grid with where each box
+    lies from the player, the target it goes to from the box, and the walls beside the
+    player (`describe_offsets`): what the push expert (`sft.sokoban_expert=push`) reads.
+
+    `swap_view=True` is the blind-play check: each episode plays the room of its seed but
+    shows the room of the paired seed (``seed ^ 1``: an evaluation's seeds pair up), moved by
+    the same valid actions (and left as it was once it is solved); rewards and the end are
+    the played room's. A policy that reads the room it is shown loses most of its success;
+    one that plays a fixed sequence loses none.
     """
 
     actions: tuple[str, ...] = ACTIONS
@@ -94,12 +103,15 @@ class SokobanEnv:
         max_tries: int = 100,
         spaced: bool = False,
         coord: bool = False,
+        offsets: bool = False,
+        swap_view: bool = False,
     ) -> None:
         check_room_options(height, width, num_boxes)
         check_generator_options(carve_steps, pull_steps, max_tries)
         self.symbols = check_symbols(symbols)
         self.spaced = check_bool("spaced", spaced)
         self.coord = check_bool("coord", coord)
+        self.offsets = check_bool("offsets", offsets)
         self._generator_options: _GeneratorOptions = {
             "height": height,
             "width": width,
@@ -115,6 +127,16 @@ class SokobanEnv:
         self._player = 0
         self._offsets: dict[str, int] = {}
         self._text = ""
+        self._shown: SokobanEnv | None = None  # the paired room shown with swap_view
+        if check_bool("swap_view", swap_view):
+            self._shown = SokobanEnv(
+                **self._generator_options,
+                max_actions=max_actions,
+                symbols=symbols,
+                spaced=spaced,
+                coord=coord,
+                offsets=offsets,
+            )
 
     def instructions(self) -> str:
         s = self.symbols
@@ -131,7 +153,9 @@ class SokobanEnv:
         )
 
     def reset(self, seed: int) -> str:
-        return self.load(generate_room(seed, **self._generator_options))
+        if self._shown is not None:
+            self._shown.reset(seed ^ 1)
+        return self._begin(generate_room(seed, **self._generator_options))
 
     demo_count = len(_DEMO_SEEDS)
 
@@ -148,6 +172,7 @@ class SokobanEnv:
                 symbols=self.symbols,
                 spaced=self.spaced,
                 coord=self.coord,
+                offsets=self.offsets,
             )
             observation = other.reset(seed)
             try:
@@ -166,6 +191,14 @@ class SokobanEnv:
 
     def load(self, room: Room) -> str:
         """Start an episode from `room`; returns the first observation."""
+        if self._shown is not None:
+            raise ValueError(
+                "swap_view shows the room of the seed paired with reset's, and load(room) "
+                "has no seed: build the env without swap_view to load a room"
+            )
+        return self._begin(room)
+
+    def _begin(self, room: Room) -> str:
         self._room = room
         self._boxes = set(room.boxes)
         self._player = room.player
@@ -181,6 +214,8 @@ class SokobanEnv:
             truncated = self._budget.close(terminated=False)
             return StepResult(self._text, 0.0, False, truncated, info(False, False, False))
         reward, moved = STEP_PENALTY, self._move(self._offsets[move])
+        if self._shown is not None and not self._shown._budget.over:
+            self._shown.step(move)
         if moved is not None:
             reward += moved
         room = self._room
@@ -215,16 +250,25 @@ class SokobanEnv:
 
     def _view(self) -> str:
         """What the agent sees of the current state: the grid, under the coordinate block
-        with ``coord``."""
+        with ``coord``, over the offsets line with ``offsets``."""
         room = self._room
         assert room is not None  # load() sets the room before any view
-        grid = draw(room, self._boxes, self._player, self.symbols, self.spaced)
-        if not self.coord:
-            return grid
-        return f"{describe_coordinates(room, self._boxes, self._player)}\n{grid}"
+        if self._shown is not None:
+            return self._shown.render()
+        lines = [draw(room, self._boxes, self._player, self.symbols, self.spaced)]
+        if self.coord:
+            lines.insert(0, describe_coordinates(room, self._boxes, self._player))
+        if self.offsets:
+            lines.append(describe_offsets(room, self._boxes, self._player, self.symbols))
+        return "\n".join(lines)
 
     def render(self) -> str:
         return self._text
+
+    @property
+    def num_boxes(self) -> int:
+        """Boxes in every room this env deals."""
+        return self._generator_options["num_boxes"]
 
     @property
     def room(self) -> Room:

@@ -153,6 +153,60 @@ def describe_coordinates(room: Room, boxes: Iterable[int], player: int) -> str:
     )
 
 
+# The cells beside one, in the order of the env's actions (Up, Down, Left, Right), as row
+# and column steps.
+SIDE_STEPS = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+def describe_offsets(
+    room: Room, boxes: Iterable[int], player: int, symbols: Mapping[str, str]
+) -> str:
+    """Where things lie from the player, so that a model need not count cells: each box off a
+    target (reading order) and the free target nearest it (`cell_distance`, then the lower
+    index), then the walls beside the player, in action order. One box: "The box X is 1
+    above and 2 left of you; the target O is 2 below it. Walls # are 1 above you and 1
+    right of you." More: "A box X is …; the nearest free target O is … it." each."""
+    width, boxes = room.width, set(boxes)
+    loose = sorted(boxes - room.targets)
+    free = room.targets - boxes
+    sentences = []
+    for box in loose:
+        target = min(free, key=lambda t: (cell_distance(box, t, width), t))
+        where_box = relative_cell(player, box, width, "you")
+        where_target = relative_cell(box, target, width, "it")
+        if len(boxes) == 1:
+            sentences.append(
+                f"The box {symbols['box']} is {where_box}; the target {symbols['target']} "
+                f"is {where_target}."
+            )
+        else:
+            sentences.append(
+                f"A box {symbols['box']} is {where_box}; the nearest free target "
+                f"{symbols['target']} is {where_target}."
+            )
+    if not loose:
+        sentences.append("Every box is on a target.")
+    sentences.append(walls_beside(room, player, symbols))
+    return " ".join(sentences)
+
+
+def walls_beside(room: Room, cell: int, symbols: Mapping[str, str]) -> str:
+    """The walls next to ``cell``, in action order: "No wall is beside you.", "A wall # is 1
+    above you." or "Walls # are 1 above you and 1 right of you."."""
+    width = room.width
+    walls = [
+        relative_position(d_row, d_col, "you")
+        for d_row, d_col in SIDE_STEPS
+        if not room.floor[cell + d_row * width + d_col]
+    ]
+    wall = symbols["wall"]
+    if not walls:
+        return "No wall is beside you."
+    if len(walls) == 1:
+        return f"A wall {wall} is {walls[0]}."
+    return f"Walls {wall} are {', '.join(walls[:-1])} and {walls[-1]}."
+
+
 def check_symbols(symbols: Mapping[str, str]) -> Mapping[str, str]:
     """`symbols` if it maps every role to its own single character, else a ValueError."""
     missing = [role for role in SYMBOL_ROLES if role not in symbols]

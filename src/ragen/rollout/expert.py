@@ -27,12 +27,19 @@ _SFT_STREAM = 7
 class ExpertGenerator:
     """Replies with the expert's move; counts each episode's actions to know what is left.
     ``thought`` is how the grid games' thoughts place things (`config.EXPERT_THOUGHTS`),
-    ``lake`` how FrozenLake is played (`config.LAKE_EXPERTS`)."""
+    ``lake`` how FrozenLake is played (`config.LAKE_EXPERTS`), ``sokoban`` how Sokoban is
+    (`config.SOKOBAN_EXPERTS`)."""
 
     def __init__(
-        self, tokenizer, spec: RolloutSpec, thought: str = "relative", lake: str = "optimal"
+        self,
+        tokenizer,
+        spec: RolloutSpec,
+        thought: str = "relative",
+        lake: str = "optimal",
+        sokoban: str = "optimal",
     ) -> None:
-        self.tokenizer, self.spec, self.thought, self.lake = tokenizer, spec, thought, lake
+        self.tokenizer, self.spec, self.thought = tokenizer, spec, thought
+        self.lake, self.sokoban = lake, sokoban
         self.prefix = reply_prefix(spec.think)
         self.stats = GenerationStats()
         self._used: dict[Hashable, int] = {}
@@ -56,7 +63,7 @@ class ExpertGenerator:
             per_turn = self.spec.max_actions_per_turn if env.actions else 1
             used = self._used.get(request.key, 0)
             left = self.spec.max_actions_per_episode - used
-            move = expert_move(env, per_turn, left, self.thought, self.lake)
+            move = expert_move(env, per_turn, left, self.thought, self.lake, self.sokoban)
             self._used[request.key] = used + len(move.answer)
             text = worked_reply(move.thought, move.answer, think=self.spec.think)
             ids = self.tokenizer(text[len(self.prefix) :], add_special_tokens=False)["input_ids"]
@@ -91,7 +98,8 @@ def expert_dialogues(
     env_options: dict | None = None,
     thought: str = "relative",
     lake: str = "optimal",
+    sokoban: str = "optimal",
 ) -> list[Trajectory]:
     """One expert episode per seed, played through the rollout loop."""
-    generator = ExpertGenerator(tokenizer, spec, thought, lake)
+    generator = ExpertGenerator(tokenizer, spec, thought, lake, sokoban)
     return rollout(generator, tokenizer, env_name, seeds, 1, spec, env_options=env_options)

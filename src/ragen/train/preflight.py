@@ -28,6 +28,7 @@ from ragen.config import Config, ConfigError, ModelConfig, env_options, is_devic
 from ragen.config.errors import reason, shown
 from ragen.envs.experts import SIDES_EXPERTS, has_expert
 from ragen.envs.frozen_lake import FrozenLakeEnv
+from ragen.envs.sokoban import SokobanEnv
 from ragen.rollout import rewards
 from ragen.train import distributed
 
@@ -183,6 +184,12 @@ def check_expert(c: Config, head: str = "", fix: str = "") -> None:
         raise ConfigError(
             f"{head}sft.lake_expert={c.sft.lake_expert} reasons about slips, and this lake is "
             "not slippery: set sft.lake_expert=careful or env.options.slippery=true"
+        )
+    if c.sft.sokoban_expert == "push" and isinstance(env, SokobanEnv) and env.num_boxes != 1:
+        raise ConfigError(
+            f"{head}sft.sokoban_expert=push plays rooms of one box, and "
+            f"env.options.num_boxes={env.num_boxes}: set env.options.num_boxes=1 or "
+            "sft.sokoban_expert=optimal"
         )
 
 

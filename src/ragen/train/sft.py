@@ -152,6 +152,7 @@ class SftTrainer:
                 env_options=c.env.options,
                 thought=c.sft.thought,
                 lake=c.sft.lake_expert,
+                sokoban=c.sft.sokoban_expert,
             ):
                 if c.sft.keep == "all" or dialogue.success:
                     kept.append(dialogue)
