@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 from ragen import envs
-from ragen.envs.sokoban_room import Room
+from ragen.envs.sokoban_room import Room, cell_distance
 from ragen.monitor.metrics import action_template
 from ragen.train.evaluator import eval_seeds
 
@@ -58,19 +58,35 @@ def sequence_success(rooms: list[Room], moves: list[str]) -> float:
     return sum(solves(room, moves) for room in rooms) / len(rooms)
 
 
+def moves_needed(room: Room) -> int:
+    """A lower bound on the moves that solve ``room``: each box's walls-blind distance to its
+    nearest target, plus the walk until the player stands beside the nearest box."""
+    width = room.width
+    loose = room.boxes - room.targets
+    if not loose:
+        return 0
+    pushes = sum(min(cell_distance(box, t, width) for t in room.targets) for box in loose)
+    walk = min(cell_distance(room.player, box, width) for box in loose) - 1
+    return pushes + walk
+
+
 def best_repeated(rooms: list[Room], turns: int, per_turn: int) -> tuple[list[str], float]:
     """The sequence of ``turns`` turns, each one move ``per_turn`` times, that solves the most
     rooms (the first in MOVES order on a tie), and its success. A depth-first search over
-    the turns that carries each unsolved room's state down and skips a branch once even
-    solving every room still open could not beat the best sequence found."""
+    the turns that carries each unsolved room's state down, drops a room once the moves
+    left cannot solve it (`moves_needed`), and skips a branch once even solving every room
+    still open could not beat the best sequence found."""
     env = envs.make("sokoban", max_actions=per_turn)
+    total = turns * per_turn
     best: tuple[list[str], int] = ([], -1)
 
     def visit(prefix: list[str], open_rooms: list[Room], solved: int) -> None:
         nonlocal best
-        if len(prefix) == turns * per_turn:
+        if len(prefix) == total:
             best = max(best, (prefix, solved), key=lambda found: found[1])
             return
+        left = total - len(prefix)
+        open_rooms = [room for room in open_rooms if moves_needed(room) <= left]
         if solved + len(open_rooms) <= best[1]:
             return
         for move in MOVES:

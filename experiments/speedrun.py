@@ -19,8 +19,12 @@ the clock stops, the final policy on ``--test-n`` ``test`` seeds at T=0.5 and gr
 (``ragen eval --split test``), beside the embedded model's own test figure (once, before
 any training) and the floors a state-blind or one-line policy reaches on the same test
 seeds (FrozenLake: uniform play, the move toward the goal, the careful rule and the optimum
-for the recipe's turns; Sokoban: the best blind move sequence). Each run's test success is
-given with its own standard error; the seeds' mean with the sd across seeds.
+for the recipe's turns; Sokoban: the best blind move sequence for the recipe's turns, the
+push rule and the shortest solution; computed once per runs folder, ``floors.json``). Each
+run's test success is given with its own standard error; the seeds' mean with the sd across
+seeds. On Sokoban each final policy also plays the test seeds at T=0.5 shown the paired
+rooms (``env.options.swap_view=true``): the points it loses there show that it reads the
+room (issue 49 asks for 10).
 
 Writes ``experiments/results/speedrun_NAME.json`` (recipe, commands, machine: CPU model and
 flags, threads, a bf16 reference matmul measured in the same run so minutes from another
@@ -55,7 +59,7 @@ from benchmarks.measure import cpu_flags, cpu_model, gemm_gflops
 from experiments import blind_play, lake_ceiling, step_record
 from ragen import config, envs
 from ragen.envs.bandit import arm_order
-from ragen.envs.experts import careful_move, goal_probabilities, policy_success
+from ragen.envs.experts import careful_move, expert_move, goal_probabilities, policy_success
 from ragen.envs.frozen_lake import (
     ACTIONS,
     SIDE_KINDS,
@@ -251,15 +255,17 @@ def evaluate(
     where: tuple[str, int, float],
     out: Path,
     log: Path,
+    extra: tuple[str, ...] = (),
 ) -> tuple[dict, float]:
     """``ragen eval`` of ``model`` (None: the recipe's own ``model.spec``) on ``where`` =
-    (split, seeds, temperature), into ``out``: its summary and the wall seconds it took."""
+    (split, seeds, temperature), into ``out``, with the ``extra`` overrides after the
+    recipe's: its summary and the wall seconds it took."""
     split, n, temperature = where
     chosen = ["--model", model] if model is not None else []
     command = [
         str(RAGEN), "eval", "--env", args.env_name, "--preset", args.preset, *chosen,
         "--split", split, "--n", str(n), "--temperature", f"{temperature:g}",
-        "--out", str(out), *args.overrides,
+        "--out", str(out), *args.overrides, *extra,
         f"trainer.seed={seed}", f"trainer.threads={args.threads}",
     ]  # fmt: skip
     seconds = run(command, log)
@@ -357,20 +363,62 @@ def bandit_floors(options: dict, n: int) -> dict:
     return {"uniform": 0.5, "first_listed": first / n}
 
 
+def sokoban_floors(options: dict, turns: int, per_turn: int, budget: int, n: int) -> dict:
+    """On the ``n`` Sokoban test rooms: the best state-blind sequence of ``turns`` turns of one
+    move repeated ``per_turn`` times, and the two experts of ``ragen sft`` playing the recipe's
+    turns within ``budget`` actions: the push rule (one box only) and the shortest solution
+    (the ceiling)."""
+    rooms = blind_play.levels(n, "test", options)
+    _, best = blind_play.best_repeated(rooms, turns, per_turn)
+    out = {"best_blind_sequence": best}
+    env = envs.make("sokoban", **{**options, "max_actions": budget})
+    experts = ("push", "optimal") if env.num_boxes == 1 else ("optimal",)
+    for who in experts:
+        won = 0
+        for seed in eval_seeds(n, "test"):
+            env.reset(seed)
+            used = 0
+            for _ in range(turns):
+                for action in expert_move(env, per_turn, budget - used, sokoban=who).answer:
+                    result, used = env.step(action), used + 1
+                    if result.terminated or result.truncated:
+                        break
+                if result.terminated or result.truncated:
+                    won += result.terminated
+                    break
+        out[who] = won / n
+    return out
+
+
 def floors(cfg: config.Config, n: int) -> dict:
     """The floors of the recipe's game on the test seeds: FrozenLake's one-line policies,
-    Sokoban's best state-blind sequence of repeated-move turns, Bandit's name-blind picks;
-    none for other games."""
+    Sokoban's best state-blind sequence of repeated-move turns and its experts, Bandit's
+    name-blind picks; none for other games."""
     r = cfg.rollout
     if cfg.env.name == "bandit":
         return bandit_floors(dict(cfg.env.options), n)
     if cfg.env.name == "frozen-lake":
         return lake_floors(dict(cfg.env.options), r.max_turns, r.max_actions_per_turn, n)
     if cfg.env.name == "sokoban":
-        rooms = blind_play.levels(n, "test", dict(cfg.env.options))
-        _, best = blind_play.best_repeated(rooms, r.max_turns, r.max_actions_per_turn)
-        return {"best_blind_sequence": best}
+        return sokoban_floors(
+            dict(cfg.env.options),
+            r.max_turns,
+            r.max_actions_per_turn,
+            r.max_actions_per_episode,
+            n,
+        )
     return {}
+
+
+def cached_floors(cfg: config.Config, args: argparse.Namespace) -> dict:
+    """`floors` of the recipe, computed once per runs folder (``floors.json``): Sokoban's
+    blind search over ten single moves takes minutes."""
+    path = args.out / "floors.json"
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))
+    found = floors(cfg, args.test_n)
+    write_atomic(path, json.dumps(found, indent=2) + "\n")
+    return found
 
 
 # ------------------------------------------------------------------------------ output
@@ -472,6 +520,44 @@ def read_agreement(args: argparse.Namespace, records: list[dict]) -> None:
                 record["test"][name]["same_move_as"] = lake_agreement(episodes, args.env_options)
 
 
+SWAP_VIEW = "env.options.swap_view=true"  # Sokoban's blind-play check (SokobanEnv)
+LOOKS_AT_ROOM = 0.10  # issue 49: the policy loses this much with the rooms swapped
+
+
+def check_swapped(args: argparse.Namespace, records: list[dict]) -> None:
+    """Sokoban's blind-play check on each record that lacks it: the final policy on the same
+    test seeds at T=0.5, each shown its paired room (`SokobanEnv` ``swap_view``), and the
+    success it loses by that; written back into the seed's record."""
+    for record in records:
+        if "swap_view" in record:
+            continue
+        seed = record["training_seed"]
+        folder = args.out / f"seed-{seed}"
+        where = ("test", args.test_n, TEST_TEMPERATURES["t0.5"])
+        shown = folder / "test-swapped"
+        shutil.rmtree(shown, ignore_errors=True)  # a killed check's partial folder
+        summary, seconds = evaluate(
+            args, record["final_model"], seed, where, shown, folder / "speedrun.log", (SWAP_VIEW,)
+        )
+        swapped = rate_and_error(summary)
+        swapped["loss"] = record["test"]["t0.5"]["success"] - swapped["success"]
+        swapped["minutes"] = seconds / 60
+        record["swap_view"] = swapped
+        write_atomic(folder / RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def swap_summary(records: list[dict]) -> dict:
+    """The seeds' mean success with the rooms swapped, the mean loss, and whether it reaches
+    LOOKS_AT_ROOM."""
+    loss = statistics.fmean(r["swap_view"]["loss"] for r in records)
+    return {
+        "success_mean": statistics.fmean(r["swap_view"]["success"] for r in records),
+        "loss_mean": loss,
+        "loss_per_seed": [r["swap_view"]["loss"] for r in records],
+        "looks_at_room": loss >= LOOKS_AT_ROOM,
+    }
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("preset", help="the preset the recipe starts from (frozen-lake, sokoban, …)")
@@ -538,6 +624,8 @@ def main(argv: list[str] | None = None) -> None:
             killed.append(killed_record(aside))
     if args.env_name == "frozen-lake":
         read_agreement(args, records)
+    if args.env_name == "sokoban":
+        check_swapped(args, records)
     target = TARGETS.get(args.env_name)
     result = {
         "name": args.name,
@@ -549,9 +637,10 @@ def main(argv: list[str] | None = None) -> None:
         "warmup_minutes": args.warmup,
         "machine": info,
         "before": before,
-        "floors": floors(cfg, args.test_n),
+        "floors": cached_floors(cfg, args),
         "target": target,
         "summary": aggregate(records, target),
+        **({"swap_view": swap_summary(records)} if args.env_name == "sokoban" else {}),
         "runs": records,
         "killed": killed,
     }

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks.measure import gemm_gflops
-from experiments import speedrun
+from experiments import blind_play, speedrun
 from ragen import envs
 from ragen.cli import main
 from ragen.envs.experts import expert_move, goal_probabilities
 from ragen.envs.frozen_lake import transition_table
+from ragen.envs.sokoban_levels import solve
+from ragen.run.jsonl import read_jsonl
 from ragen.train.evaluator import eval_seeds
 
 RECIPE = [
@@ -239,3 +241,44 @@ def test_bandit_floors_count_the_seeds_that_list_the_risky_arm_first():
     # Dragon, Phoenix first (arm_order, a seeded permutation).
     assert speedrun.bandit_floors({}, 8) == {"uniform": 0.5, "first_listed": 3 / 8}
     assert speedrun.bandit_floors({"high_risk": "Phoenix"}, 8)["first_listed"] == 5 / 8
+
+
+def test_sokoban_floors_are_the_blind_search_and_the_experts_on_the_test_rooms():
+    options = {"offsets": True}
+    floors = speedrun.sokoban_floors(options, 5, 2, 10, 8)
+    rooms = blind_play.levels(8, "test", options)
+    assert floors["best_blind_sequence"] == blind_play.best_repeated(rooms, 5, 2)[1]
+    # every one of these rooms has a solution of at most 10 moves, which the solver plays
+    # two a turn; the push rule moves once a turn, so its 5 moves solve 3 of them
+    assert all(len(solve(room)) <= 10 for room in rooms) and floors["optimal"] == 1.0
+    assert floors["push"] == 3 / 8
+    # rooms of two boxes have no push floor
+    two = {"height": 8, "width": 8, "num_boxes": 2}
+    assert set(speedrun.sokoban_floors(two, 1, 1, 1, 1)) == {"best_blind_sequence", "optimal"}
+
+
+@pytest.mark.usefixtures("keep_threads")
+def test_the_swap_check_tests_the_final_policy_on_paired_rooms(tmp_path, monkeypatch):
+    monkeypatch.setattr(speedrun, "run", _in_process)
+    recipe = ["model.spec=tiny", "rollout.demos=0", "rollout.max_turns=2"]
+    recipe += ["rollout.max_reply_tokens=16", "env.options.offsets=true"]
+    args = speedrun.parse(["sokoban", "--test-n", "2", "--threads", "1", *recipe])
+    args.out, args.env_name = tmp_path, "sokoban"
+    (tmp_path / "seed-0").mkdir()
+    record = {"training_seed": 0, "final_model": "tiny", "test": {"t0.5": {"success": 0.5}}}
+    speedrun.check_swapped(args, [record])
+    swapped = record["swap_view"]
+    assert swapped["seeds"] == 2 and swapped["loss"] == 0.5 - swapped["success"]
+    assert json.loads((tmp_path / "seed-0" / speedrun.RECORD).read_text()) == record
+    # each test seed's episode was shown the room of its pair
+    episodes = tmp_path / "seed-0" / "test-swapped" / "trajectories" / "eval.jsonl"
+    env = envs.make("sokoban", offsets=True)
+    for episode in read_jsonl(episodes).records:
+        assert episode["turns"][0]["observation"] == env.reset(episode["seed"] ^ 1)
+    # a second call finds the check done and evaluates nothing
+    log = (tmp_path / "seed-0" / "speedrun.log").read_text()
+    speedrun.check_swapped(args, [record])
+    assert (tmp_path / "seed-0" / "speedrun.log").read_text() == log
+    summary = speedrun.swap_summary([record, {"swap_view": {"success": 0.1, "loss": 0.3}}])
+    assert summary["loss_per_seed"] == [swapped["loss"], 0.3]
+    assert summary["looks_at_room"] == (summary["loss_mean"] >= 0.10)
