@@ -59,7 +59,14 @@ from benchmarks.measure import cpu_flags, cpu_model, gemm_gflops
 from experiments import blind_play, lake_ceiling, step_record
 from ragen import config, envs
 from ragen.envs.bandit import arm_order
-from ragen.envs.experts import careful_move, expert_move, goal_probabilities, policy_success
+from ragen.envs.experts import (
+    PUSH_EXPERTS,
+    careful_move,
+    expert_move,
+    goal_probabilities,
+    policy_success,
+    push_plan,
+)
 from ragen.envs.frozen_lake import (
     ACTIONS,
     SIDE_KINDS,
@@ -68,6 +75,7 @@ from ragen.envs.frozen_lake import (
     toward_goal,
     transition_table,
 )
+from ragen.envs.sokoban_levels import solve
 from ragen.run.jsonl import read_jsonl, write_atomic
 from ragen.train.evaluator import eval_seeds
 from ragen.train.preflight import check_references
@@ -366,13 +374,13 @@ def bandit_floors(options: dict, n: int) -> dict:
 def sokoban_floors(options: dict, turns: int, per_turn: int, budget: int, n: int) -> dict:
     """On the ``n`` Sokoban test rooms: the best state-blind sequence of ``turns`` turns of one
     move repeated ``per_turn`` times, and the two experts of ``ragen sft`` playing the recipe's
-    turns within ``budget`` actions: the push rule (one box only) and the shortest solution
+    turns within ``budget`` actions: the push rules (one box only) and the shortest solution
     (the ceiling)."""
     rooms = blind_play.levels(n, "test", options)
     _, best = blind_play.best_repeated(rooms, turns, per_turn)
     out = {"best_blind_sequence": best}
     env = envs.make("sokoban", **{**options, "max_actions": budget})
-    experts = ("push", "optimal") if env.num_boxes == 1 else ("optimal",)
+    experts = (*PUSH_EXPERTS, "optimal") if env.num_boxes == 1 else ("optimal",)
     for who in experts:
         won = 0
         for seed in eval_seeds(n, "test"):
@@ -508,16 +516,55 @@ def killed_record(folder: Path) -> dict:
     return {"folder": str(folder), "stages": stages}
 
 
+def push_agreement(episodes_file: Path, options: dict) -> dict:
+    """The share of a one-box Sokoban evaluation's moves that equal each push rule's
+    (`experts.push_plan`, larger offset first and named offset first) from the room each was
+    made in, and the share that keep a shortest solution (one move fewer left to solve the
+    room after it): each episode replayed from its seed. ``push_when_behind``: the larger-
+    offset rule's share among moves made from the cell behind the box, where it pushes;
+    ``push_when_walking``: among the others."""
+    env = envs.make("sokoban", **{**options, "swap_view": False})
+    same = dict.fromkeys(PUSH_EXPERTS, 0)
+    shortest = moves = 0
+    behind = {True: [0, 0], False: [0, 0]}  # [push-rule moves, moves], by standing behind
+    for episode in read_jsonl(episodes_file).records:
+        env.reset(int(episode["seed"]))
+        for action in [a for turn in episode["turns"] for a in turn["actions"]]:
+            room = env.room
+            if room.solved:
+                break
+            plan = push_plan(room)
+            same["push"] += action == plan.move
+            same["push_first"] += action == push_plan(room, first=True).move
+            at = behind[not plan.kinds]
+            at[0] += action == plan.move
+            at[1] += 1
+            moves += 1
+            before = solve(room)
+            if env.step(action).terminated:
+                shortest += before is not None and len(before) == 1
+                break
+            after = solve(env.room)
+            shortest += before is not None and after is not None and len(after) < len(before)
+    shares: dict = {who: count / moves if moves else None for who, count in same.items()}
+    shares["shortest"] = shortest / moves if moves else None
+    for key, (hit, n) in (("push_when_behind", behind[True]), ("push_when_walking", behind[False])):
+        shares[key] = hit / n if n else None
+    shares["moves"] = moves
+    return shares
+
+
 def read_agreement(args: argparse.Namespace, records: list[dict]) -> None:
-    """Each FrozenLake record's ``same_move_as``, read from the test episodes its seed folder
-    keeps, whenever they ran; a record written back into a folder without them (runs/ lost)
-    keeps the reading it was written with."""
+    """Each FrozenLake or one-box Sokoban record's ``same_move_as``, read from the test
+    episodes its seed folder keeps, whenever they ran; a record written back into a folder
+    without them (runs/ lost) keeps the reading it was written with."""
+    agreement = lake_agreement if args.env_name == "frozen-lake" else push_agreement
     for record in records:
         for name in TEST_TEMPERATURES:
             folder = args.out / f"seed-{record['training_seed']}" / f"test-{name}"
             episodes = folder / "trajectories" / "eval.jsonl"
             if episodes.exists():
-                record["test"][name]["same_move_as"] = lake_agreement(episodes, args.env_options)
+                record["test"][name]["same_move_as"] = agreement(episodes, args.env_options)
 
 
 SWAP_VIEW = "env.options.swap_view=true"  # Sokoban's blind-play check (SokobanEnv)
@@ -622,7 +669,8 @@ def main(argv: list[str] | None = None) -> None:
     for aside in sorted(args.out.glob("seed-*.killed-*")):
         if str(aside) not in {k["folder"] for k in killed}:
             killed.append(killed_record(aside))
-    if args.env_name == "frozen-lake":
+    one_box = args.env_name == "sokoban" and envs.make("sokoban", **args.env_options).num_boxes == 1
+    if args.env_name == "frozen-lake" or one_box:
         read_agreement(args, records)
     if args.env_name == "sokoban":
         check_swapped(args, records)

@@ -42,7 +42,7 @@ BAD_VALUES = [
     (["rollout.format_penalty_mode=always"], "rollout.format_penalty_mode", "any_invalid"),
     (["sft.thought=grid"], "sft.thought", "relative, located"),
     (["sft.lake_expert=greedy"], "sft.lake_expert", "optimal, toward, careful, sides"),
-    (["sft.sokoban_expert=greedy"], "sft.sokoban_expert", "optimal, push"),
+    (["sft.sokoban_expert=greedy"], "sft.sokoban_expert", "optimal, push, push_first"),
     (["sft.lr=1e308"], "sft.lr", "<= 1.0"),
     (["trainer.actor_lr=1e308"], "trainer.actor_lr", "<= 1.0"),
     (["trainer.critic_lr=2"], "trainer.critic_lr", "<= 1.0"),

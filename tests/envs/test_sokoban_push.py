@@ -128,7 +128,7 @@ def test_the_push_expert_refuses_a_room_of_two_boxes():
     env.reset(0)
     with pytest.raises(ExpertError, match="one box"):
         expert_move(env, 1, 10, sokoban="push")
-    with pytest.raises(ValueError, match="sokoban must be one of optimal, push"):
+    with pytest.raises(ValueError, match="sokoban must be one of optimal, push, push_first"):
         expert_move(env, 1, 10, sokoban="greedy")
 
 
@@ -149,3 +149,20 @@ def test_the_swapped_view_shows_the_paired_room_and_plays_its_own():
     assert env.room == played.room  # the room played is the seed's own
     with pytest.raises(ValueError, match="swap_view shows the room of the seed paired"):
         env.load(ABOVE)
+
+
+def test_push_first_pushes_along_the_offset_the_line_names_first():
+    # the target is 1 above and 2 left of the box: the larger offset is Left, the first Up
+    room = Room.from_text("#######\n#O____#\n#___X_#\n#_____#\n#___P_#\n#######")
+    env = envs.make("sokoban", offsets=True, height=6, width=7)
+    assert (
+        env.load(room)
+        .splitlines()[-1]
+        .startswith("The box X is 2 above you; the target O is 1 above and 3 left of it.")
+    )
+    assert push_plan(room).push == "Left" and push_plan(room, first=True).push == "Up"
+    move = expert_move(env, 1, 10, sokoban="push_first")
+    assert move.thought == (
+        "The target O is 1 above and 3 left of the box X, so I push the box Up, from the cell "
+        "below it, 1 above me. Up nearer, Down wall, Left aside, Right aside. I go Up."
+    )

@@ -249,9 +249,9 @@ def test_sokoban_floors_are_the_blind_search_and_the_experts_on_the_test_rooms()
     rooms = blind_play.levels(8, "test", options)
     assert floors["best_blind_sequence"] == blind_play.best_repeated(rooms, 5, 2)[1]
     # every one of these rooms has a solution of at most 10 moves, which the solver plays
-    # two a turn; the push rule moves once a turn, so its 5 moves solve 3 of them
+    # two a turn; the push rules move once a turn, so their 5 moves solve 3 of them
     assert all(len(solve(room)) <= 10 for room in rooms) and floors["optimal"] == 1.0
-    assert floors["push"] == 3 / 8
+    assert floors["push"] == floors["push_first"] == 3 / 8
     # rooms of two boxes have no push floor
     two = {"height": 8, "width": 8, "num_boxes": 2}
     assert set(speedrun.sokoban_floors(two, 1, 1, 1, 1)) == {"best_blind_sequence", "optimal"}
@@ -282,3 +282,36 @@ def test_the_swap_check_tests_the_final_policy_on_paired_rooms(tmp_path, monkeyp
     summary = speedrun.swap_summary([record, {"swap_view": {"success": 0.1, "loss": 0.3}}])
     assert summary["loss_per_seed"] == [swapped["loss"], 0.3]
     assert summary["looks_at_room"] == (summary["loss_mean"] >= 0.10)
+
+
+def _sokoban_episodes(expert: str, options: dict) -> list[dict]:
+    """The 8 first one-box test rooms played by the Sokoban ``expert``, one move a turn for up
+    to 10 turns, as an evaluation's episode records."""
+    env, played = envs.make("sokoban", **options), []
+    for seed in eval_seeds(8, "test"):
+        env.reset(seed)
+        turns = []
+        for left in range(10, 0, -1):
+            move = expert_move(env, 1, left, sokoban=expert)
+            turns.append({"think": move.thought, "actions": list(move.answer)})
+            result = env.step(move.answer[0])
+            if result.terminated or result.truncated:
+                break
+        played.append({"seed": seed, "turns": turns})
+    return played
+
+
+def test_push_agreement_replays_each_episode_from_its_room(tmp_path):
+    options = {"offsets": True, "spaced": True}
+    pushed = _write(tmp_path / "push.jsonl", _sokoban_episodes("push", options))
+    shares = speedrun.push_agreement(pushed, {**options, "swap_view": True})  # the own rooms
+    assert shares["push"] == 1.0 and shares["push_when_behind"] == 1.0
+    assert shares["push_when_walking"] == 1.0
+    first = _write(tmp_path / "first.jsonl", _sokoban_episodes("push_first", options))
+    assert speedrun.push_agreement(first, options)["push_first"] == 1.0
+    solved = _write(tmp_path / "optimal.jsonl", _sokoban_episodes("optimal", options))
+    shares = speedrun.push_agreement(solved, options)
+    # every move of the solver keeps a shortest solution; it solves all 8 rooms, and the
+    # moves are counted up to each room's solving move
+    moves = sum(len(solve(room)) for room in blind_play.levels(8, "test", options))
+    assert shares["shortest"] == 1.0 and shares["moves"] == moves

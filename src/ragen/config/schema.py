@@ -116,7 +116,7 @@ EXPERT_THOUGHTS: tuple[str, ...] = get_args(ExpertThought)
 # How the FrozenLake expert picks its moves (ragen.envs.experts).
 LakeExpert = Literal["optimal", "toward", "careful", "sides", "ranked", "scan"]
 LAKE_EXPERTS: tuple[str, ...] = get_args(LakeExpert)
-SokobanExpert = Literal["optimal", "push"]
+SokobanExpert = Literal["optimal", "push", "push_first"]
 SOKOBAN_EXPERTS: tuple[str, ...] = get_args(SokobanExpert)
 # The fixed seed ranges evaluations draw from (ragen.rollout.loop.SPLIT_SEED_BASES).
 EvalSplit = Literal["dev", "test"]
@@ -612,7 +612,9 @@ class SftConfig:
     the first aside (along a line the player shares with it), else the first back, never
     into a wall or the box). push reads only what
     `env.options.offsets` writes out, and its thought derives the move from it; it solves
-    fewer rooms than optimal (docs/results/sokoban.md). Other envs ignore it."""
+    fewer rooms than optimal (docs/results/sokoban.md). push_first is push along the offset
+    the line names first, the vertical one while there is one, so the thought copies the
+    direction instead of comparing two numbers. Other envs ignore it."""
     warm_start: bool = False
     """`ragen train` first runs `ragen sft` with this config (these sft.* settings, under
     warm_start_minutes) in RUN/warm_start, then RL from its last checkpoint: RUN/config.yaml

@@ -16,6 +16,8 @@ relates the two.
   offset from it, from the cell behind it; until there, step to a side that comes nearer
   that cell, else one aside, else one back, never into a wall or the box. A weaker player
   than the solver (docs/results/sokoban.md), but one whose every move follows from the text.
+  ``sokoban="push_first"`` pushes along the offset the line names first (vertical while
+  there is one): a choice a model copies rather than computes, and a little stronger.
 - FrozenLake: the open-loop plan of the turn's moves that maximises the probability of
   reaching the goal within the actions left, under the known slippery dynamics (finite-
   horizon value iteration over the transition table); replanned each turn, after the slips.
@@ -102,7 +104,9 @@ def expert_move(
         raise ValueError(f"sokoban must be one of {', '.join(SOKOBAN_EXPERTS)}; got {sokoban!r}")
     limit, located = min(max_actions, actions_left), thought == "located"
     if isinstance(env, SokobanEnv):
-        return _push_sokoban(env) if sokoban == "push" else _sokoban(env, limit, located)
+        if sokoban in PUSH_EXPERTS:
+            return _push_sokoban(env, first=sokoban == "push_first")
+        return _sokoban(env, limit, located)
     if isinstance(env, FrozenLakeEnv):
         return _lake(env, limit, actions_left, located, lake)
     if isinstance(env, BanditEnv):
@@ -169,6 +173,9 @@ def _sokoban_thought(
     return f"{facts}{plan} {act}"
 
 
+PUSH_EXPERTS = ("push", "push_first")
+"""The Sokoban experts of the push rule: they play rooms of one box."""
+
 # What a step to each side does under the push rule, in the order it prefers them: nearer the
 # cell behind the box; aside, along a line the player already shares with that cell (the way
 # around a box or a wall in between); back, farther along the other line; into the box; into
@@ -192,13 +199,15 @@ class PushPlan:
     move: str
 
 
-def push_plan(room: Room) -> PushPlan:
-    """The push rule's move in ``room``, which must hold one box off its target."""
+def push_plan(room: Room, first: bool = False) -> PushPlan:
+    """The push rule's move in ``room``, which must hold one box off its target. ``first``
+    pushes along the offset the offsets line names first (the vertical one, while there is
+    one) instead of the larger."""
     if len(room.boxes) != 1 or room.solved:
         raise ExpertError("the push expert plays a room of one box off its target")
     width, box, target = room.width, next(iter(room.boxes)), next(iter(room.targets))
     d_row, d_col = target // width - box // width, target % width - box % width
-    if abs(d_row) >= abs(d_col):
+    if (d_row != 0) if first else abs(d_row) >= abs(d_col):
         push = "Down" if d_row > 0 else "Up"
     else:
         push = "Right" if d_col > 0 else "Left"
@@ -223,13 +232,13 @@ def push_plan(room: Room) -> PushPlan:
     return PushPlan(push, behind, tuple(kinds), move)
 
 
-def _push_sokoban(env: SokobanEnv) -> ExpertMove:
+def _push_sokoban(env: SokobanEnv, first: bool = False) -> ExpertMove:
     """One move of the push rule, with a thought that derives it from the offsets line:
     "The target O is 2 below and 1 left of the box X, so I push the box Down, from the cell
     above it, 2 above and 1 left of me. Up nearer, Down box, Left nearer, Right wall. I go
     Up." or, behind the box, "... from the cell above it, where I stand. I push Down."."""
     room, symbols = env.room, env.symbols
-    plan = push_plan(room)
+    plan = push_plan(room, first)
     box, target, width = next(iter(room.boxes)), next(iter(room.targets)), room.width
     head = (
         f"The target {symbols['target']} is {relative_cell(box, target, width, 'the box')} "

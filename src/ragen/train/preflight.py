@@ -26,7 +26,7 @@ from ragen import envs, models
 from ragen.algos import advantages
 from ragen.config import Config, ConfigError, ModelConfig, env_options, is_device
 from ragen.config.errors import reason, shown
-from ragen.envs.experts import SIDES_EXPERTS, has_expert
+from ragen.envs.experts import PUSH_EXPERTS, SIDES_EXPERTS, has_expert
 from ragen.envs.frozen_lake import FrozenLakeEnv
 from ragen.envs.sokoban import SokobanEnv
 from ragen.rollout import rewards
@@ -185,9 +185,10 @@ def check_expert(c: Config, head: str = "", fix: str = "") -> None:
             f"{head}sft.lake_expert={c.sft.lake_expert} reasons about slips, and this lake is "
             "not slippery: set sft.lake_expert=careful or env.options.slippery=true"
         )
-    if c.sft.sokoban_expert == "push" and isinstance(env, SokobanEnv) and env.num_boxes != 1:
+    push = c.sft.sokoban_expert in PUSH_EXPERTS
+    if push and isinstance(env, SokobanEnv) and env.num_boxes != 1:
         raise ConfigError(
-            f"{head}sft.sokoban_expert=push plays rooms of one box, and "
+            f"{head}sft.sokoban_expert={c.sft.sokoban_expert} plays rooms of one box, and "
             f"env.options.num_boxes={env.num_boxes}: set env.options.num_boxes=1 or "
             "sft.sokoban_expert=optimal"
         )
