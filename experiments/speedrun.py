@@ -464,7 +464,8 @@ def aggregate(records: list[dict], target: float | None) -> dict:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Dev success against minutes per seed, the test figures at the end, floors, target."""
+    """Dev success against minutes per seed, the test figures at the end (and Sokoban's with
+    the rooms swapped), floors, target."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -481,9 +482,15 @@ def plot(result: dict, path: Path) -> None:
             record["minutes"], test["success"], yerr=test["se"], fmt="s",
             color=line.get_color(), capsize=3,
         )  # fmt: skip
-    for name, value in result["floors"].items():
+        if "swap_view" in record:  # Sokoban's blind-play check: the same policy, rooms swapped
+            swapped = (record["minutes"], record["swap_view"]["success"])
+            ax.plot(*swapped, "x", color=line.get_color())
+            ax.text(*swapped, "rooms swapped ", fontsize=7, ha="right", color=line.get_color())
+    floors = result["floors"]
+    for i, (name, value) in enumerate(floors.items()):  # labels staggered: floors may be close
         ax.axhline(value, linestyle=":", linewidth=1, color="grey")
-        ax.text(0, value, f" {name}", fontsize=7, va="bottom", color="grey")
+        x = result["budget_minutes"] * i / (len(floors) + 1)
+        ax.text(x, value, f" {name}", fontsize=7, va="bottom", color="grey")
     if result.get("target") is not None:
         ax.axhline(result["target"], linestyle="--", color="black", linewidth=1)
         ax.axvline(result["budget_minutes"], linestyle="--", color="black", linewidth=1)

@@ -172,7 +172,7 @@ def test_a_record_written_back_without_its_episodes_keeps_its_reading(tmp_path):
         for seed in (0, 1)
     ]
     args = speedrun.parse(["frozen-lake", "--out", str(out)])
-    args.env_options = options
+    args.env_name, args.env_options = "frozen-lake", options
     speedrun.read_agreement(args, records)
     got = [records[s]["test"][n]["same_move_as"] for s in (0, 1) for n in ("t0.5", "greedy")]
     assert [g["careful"] for g in got[:2]] == [1.0, 1.0]  # the careful expert's own play
