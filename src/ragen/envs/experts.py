@@ -188,9 +188,10 @@ class PushPlan:
     """The push rule's reading of a one-box room (`push_plan`).
 
     push: the direction the box goes, along the target's larger offset from it (vertical on
-    a tie); behind: the cell the player pushes it from; kinds: per action (Up, Down, Left,
-    Right) what a step there does, one of PUSH_SIDE_KINDS, empty once the player stands
-    behind the box; move: the push from ``behind``, else the first side of the first kind.
+    a tie), or with ``first`` the vertical one while there is one; behind: the cell the
+    player pushes it from; kinds: per action (Up, Down, Left, Right) what a step there does,
+    one of PUSH_SIDE_KINDS, empty once the player stands behind the box; move: the push from
+    ``behind``, else the first side of the first kind.
     """
 
     push: str
@@ -233,10 +234,10 @@ def push_plan(room: Room, first: bool = False) -> PushPlan:
 
 
 def _push_sokoban(env: SokobanEnv, first: bool = False) -> ExpertMove:
-    """One move of the push rule, with a thought that derives it from the offsets line:
-    "The target O is 2 below and 1 left of the box X, so I push the box Down, from the cell
-    above it, 2 above and 1 left of me. Up nearer, Down box, Left nearer, Right wall. I go
-    Up." or, behind the box, "... from the cell above it, where I stand. I push Down."."""
+    """One move of the push rule (``first``: along the offset named first), with a thought
+    that derives it from the offsets line: "The target O is 2 above the box X, so I push the
+    box Up, from the cell below it, 2 below me. Up back, Down box, Left aside, Right aside. I
+    go Left." or, behind the box, "... from the cell below it, where I stand. I push Up."."""
     room, symbols = env.room, env.symbols
     plan = push_plan(room, first)
     box, target, width = next(iter(room.boxes)), next(iter(room.targets)), room.width
