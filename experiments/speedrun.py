@@ -536,10 +536,9 @@ def push_agreement(episodes_file: Path, options: dict) -> dict:
     behind = {True: [0, 0], False: [0, 0]}  # [push-rule moves, moves], by standing behind
     for episode in read_jsonl(episodes_file).records:
         env.reset(int(episode["seed"]))
+        left = solve(env.room)  # a shortest solution from the room each move is made in
         for action in [a for turn in episode["turns"] for a in turn["actions"]]:
             room = env.room
-            if room.solved:
-                break
             plan = push_plan(room)
             same["push"] += action == plan.move
             same["push_first"] += action == push_plan(room, first=True).move
@@ -547,12 +546,12 @@ def push_agreement(episodes_file: Path, options: dict) -> dict:
             at[0] += action == plan.move
             at[1] += 1
             moves += 1
-            before = solve(room)
             if env.step(action).terminated:
-                shortest += before is not None and len(before) == 1
+                shortest += left is not None and len(left) == 1
                 break
             after = solve(env.room)
-            shortest += before is not None and after is not None and len(after) < len(before)
+            shortest += left is not None and after is not None and len(after) < len(left)
+            left = after
     shares: dict = {who: count / moves if moves else None for who, count in same.items()}
     shares["shortest"] = shortest / moves if moves else None
     for key, (hit, n) in (("push_when_behind", behind[True]), ("push_when_walking", behind[False])):

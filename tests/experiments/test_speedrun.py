@@ -113,17 +113,21 @@ def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
     assert again["runs"] == result["runs"]
 
 
-def _expert_episodes(lake: str, options: dict) -> list[dict]:
-    """The 8 first test lakes played by the ``lake`` expert, one move a turn for up to 10
-    turns, as an evaluation's episode records (seed, turns with thought and actions)."""
-    env, played = envs.make("frozen-lake", **options), []
+def _expert_episodes(
+    lake: str, options: dict, env_name: str = "frozen-lake", **expert
+) -> list[dict]:
+    """The 8 first test levels of ``env_name`` played by its expert (FrozenLake's ``lake``,
+    or the ``expert_move`` keywords ``expert``), one move a turn for up to 10 turns, as an
+    evaluation's episode records (seed, turns with thought and actions)."""
+    env, played = envs.make(env_name, **options), []
     for seed in eval_seeds(8, "test"):
         env.reset(seed)
         turns = []
         for left in range(10, 0, -1):
-            move = expert_move(env, 1, left, lake=lake)
+            move = expert_move(env, 1, left, lake=lake, **expert)
             turns.append({"think": move.thought, "actions": list(move.answer)})
-            if env.step(move.answer[0]).terminated:
+            result = env.step(move.answer[0])
+            if result.terminated or result.truncated:
                 break
         played.append({"seed": seed, "turns": turns})
     return played
@@ -285,20 +289,8 @@ def test_the_swap_check_tests_the_final_policy_on_paired_rooms(tmp_path, monkeyp
 
 
 def _sokoban_episodes(expert: str, options: dict) -> list[dict]:
-    """The 8 first one-box test rooms played by the Sokoban ``expert``, one move a turn for up
-    to 10 turns, as an evaluation's episode records."""
-    env, played = envs.make("sokoban", **options), []
-    for seed in eval_seeds(8, "test"):
-        env.reset(seed)
-        turns = []
-        for left in range(10, 0, -1):
-            move = expert_move(env, 1, left, sokoban=expert)
-            turns.append({"think": move.thought, "actions": list(move.answer)})
-            result = env.step(move.answer[0])
-            if result.terminated or result.truncated:
-                break
-        played.append({"seed": seed, "turns": turns})
-    return played
+    """The 8 first one-box test rooms played by the Sokoban ``expert`` (`_expert_episodes`)."""
+    return _expert_episodes("optimal", options, "sokoban", sokoban=expert)
 
 
 def test_push_agreement_replays_each_episode_from_its_room(tmp_path):
