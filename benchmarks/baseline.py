@@ -9,7 +9,9 @@ COMMIT out into a temporary git worktree (:func:`checkout`) whose ``src`` the ba
 imports; ``--baseline-set`` adds overrides to the baseline side only (with no ``--baseline``,
 both sides run this checkout: two settings compared). The baseline commit must offer what
 the measurement calls (``Trainer.step`` and the rest), so older paths keep the figures the
-committed results hold (docs/performance.md names the commit of each).
+committed results hold (docs/performance.md names the commit of each). Each side reads the
+preset by name from its own ``src``: a commit from before ``sokoban-rl`` (2026-11-29, what
+``sokoban`` was until then) takes it as a file, ``--preset src/ragen/configs/sokoban-rl.yaml``.
 
 A measuring process runs ``python -m benchmarks.baseline TARGET ARGS OUT``: it calls
 ``TARGET`` (``package.module:function``) with the JSON list ``ARGS`` and writes

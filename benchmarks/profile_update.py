@@ -1,6 +1,6 @@
 """Where an update's time goes, op by op: one real PPO update under ``torch.profiler``.
 
-    python -m benchmarks.profile_update [--preset sokoban] [--set KEY=VALUE ...]
+    python -m benchmarks.profile_update [--preset sokoban-rl] [--set KEY=VALUE ...]
         [--threads 2] [--top 25] [--by-shape] [--out benchmarks/results/profile_update.json]
 
 The batch is real: the Trainer's own stages collect one rollout of the preset with the
@@ -122,7 +122,7 @@ def by_kind(ops: list[dict]) -> dict[str, float]:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="sokoban")
+    parser.add_argument("--preset", default="sokoban-rl")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
     )

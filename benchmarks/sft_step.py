@@ -1,6 +1,6 @@
 """Steps of `ragen sft` with their share of the peak; against a baseline commit if asked.
 
-    python -m benchmarks.sft_step [--preset sokoban] [--steps 2] [--threads N]
+    python -m benchmarks.sft_step [--preset sokoban-rl] [--steps 2] [--threads N]
         [--set KEY=VALUE ...] [--baseline COMMIT] [--baseline-set KEY=VALUE ...]
         [--out benchmarks/results/sft_step.json]
 
@@ -129,7 +129,7 @@ def summarise(path: dict, peak: dict) -> dict:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="sokoban")
+    parser.add_argument("--preset", default="sokoban-rl")
     parser.add_argument("--steps", type=int, default=2, help="steps per side (mean reported)")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own)"

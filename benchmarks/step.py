@@ -1,6 +1,6 @@
 """Whole training steps of a preset, timed phase by phase; against a baseline commit if asked.
 
-    python -m benchmarks.step [--preset sokoban] [--steps 1] [--threads N] [--repeats 1]
+    python -m benchmarks.step [--preset sokoban-rl] [--steps 1] [--threads N] [--repeats 1]
         [--set KEY=VALUE ...] [--baseline COMMIT] [--baseline-set KEY=VALUE ...]
         [--out benchmarks/results/step.json]
 
@@ -303,7 +303,7 @@ def print_table(summary: dict) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="sokoban")
+    parser.add_argument("--preset", default="sokoban-rl")
     parser.add_argument("--steps", type=int, default=1, help="steps per side (mean reported)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each side, in turns")
     parser.add_argument(

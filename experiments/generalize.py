@@ -4,8 +4,10 @@
 
 Evaluates the base model and a trained checkpoint on the envs of the paper's Table 4 for the
 family the checkpoint was trained on (Sokoban: sokoban, sokoban-newvocab, sokoban-large,
-frozen-lake; Bandit: bandit, bandit-rev), each env with its own preset's rollout settings,
-as ``ragen eval --env ENV`` runs it, on ``--n`` fixed seeds at ``--temperature``. The
+frozen-lake; Bandit: bandit, bandit-rev), each env with its own preset's rollout settings
+(for Sokoban's and FrozenLake's envs ``sokoban-rl`` and ``frozen-lake-rl``: RAGEN's five
+turns with two worked turns), as ``ragen eval --env ENV --preset PRESET`` runs it, on
+``--n`` fixed seeds at ``--temperature``. The
 overrides apply to every env (``env.options.spaced=true`` draws every grid the way a policy
 trained on spaced rooms saw them), except ``env.eval_options.ENV.KEY=VALUE``, which sets an
 option of env ENV alone, as in a training run's evaluation
@@ -94,9 +96,17 @@ def env_overrides(env: str, overrides: list[str]) -> list[str]:
     return own
 
 
+RL_ALONE = {"frozen-lake": "frozen-lake-rl", "sokoban": "sokoban-rl"}
+"""The game presets whose CPU preset is a warm-started recipe (no worked turns, offsets
+written out), and the preset of RL alone the table plays their envs with instead: the envs
+as RAGEN shows them, five turns with two worked turns."""
+
+
 def env_config(env: str, spec: str, overrides: list[str]) -> config.Config:
-    """The config ``ragen eval --env ENV --model SPEC`` would run with ``overrides``."""
-    preset = config.preset_for_env(env)
+    """The config ``ragen eval --env ENV --preset PRESET --model SPEC`` would run with
+    ``overrides``, PRESET the env's own (RL_ALONE's for Sokoban and FrozenLake)."""
+    preset = config.preset_for_env(env) or ""
+    preset = RL_ALONE.get(preset, preset)
     own = env_overrides(env, overrides)
     loaded = config.load(preset, [*own, f"env.name={env}", f"model.spec={json.dumps(spec)}"])
     return check_references(loaded)

@@ -11,13 +11,15 @@ comes first. Prints base and final success per env; writes
 with the base and final evaluations on top) into ``RUN_DIR/report/``; a docs page that shows
 a curve keeps a copy of that one PNG (docs/results/). ``--sft`` trains with ``ragen sft``
 (supervised, on expert dialogues; ``sft.steps`` or ``--minutes``) instead of RL:
-``learn_sft_<preset>.json``. ``--name NAME`` writes ``learn_<NAME>.json`` instead, so a
-variant does not overwrite the preset's result. Each evaluation's episodes and full summary
-(turns, reply tokens, why episodes ended) are kept in ``RUN_DIR/eval-base/`` and
-``RUN_DIR/eval-final/``, standalone evaluation folders that ``ragen view`` opens. A run
-stopped with Ctrl-C or ``kill`` during training is recorded as it stands, without a final
-evaluation: ``learn_<...>_stopped.json``. The result keeps the run's per-step record
-(``per_step``, `experiments.step_record`), which the collapse detector is calibrated on.
+``learn_sft_<preset>.json``. Either way it trains one stage: a preset's ``sft.warm_start``
+is off here (``experiments.speedrun`` measures a warm-started recipe). ``--name NAME``
+writes ``learn_<NAME>.json`` instead, so a variant does not overwrite the preset's result.
+Each evaluation's episodes and full summary (turns, reply tokens, why episodes ended) are
+kept in ``RUN_DIR/eval-base/`` and ``RUN_DIR/eval-final/``, standalone evaluation folders
+that ``ragen view`` opens. A run stopped with Ctrl-C or ``kill`` during training is
+recorded as it stands, without a final evaluation: ``learn_<...>_stopped.json``. The
+result keeps the run's per-step record (``per_step``, `experiments.step_record`), which the
+collapse detector is calibrated on.
 
 The base evaluation is saved to ``RUN_DIR/base_eval.json`` as soon as it ends, with a
 fingerprint of everything its numbers depend on: ragen's source files, the model, env and
@@ -411,7 +413,7 @@ def use_threads(cfg: config.Config) -> None:
 def prepare(args: argparse.Namespace) -> tuple[config.Config, RunDir, dict | None, dict | None]:
     """(config, run dir, base evaluation or None when it is to be measured, earlier result
     of a resumed run or None). Nothing is created before every check has passed."""
-    overrides = [*args.overrides, f"trainer.max_minutes={args.minutes}"]
+    overrides = [*args.overrides, f"trainer.max_minutes={args.minutes}", "sft.warm_start=false"]
     try:
         if args.resume:
             cfg, run, base, before = load_resume(

@@ -7,7 +7,9 @@ For each training seed 0..K-1 the recipe runs as a user would run it, nothing tr
 beforehand: ``ragen sft PRESET`` for up to ``--warmup`` minutes (the warm-up; none when 0),
 then ``ragen train PRESET`` from its last checkpoint for the rest of ``--budget`` minutes,
 both with the ``overrides`` (the recipe) and ``trainer.seed`` set to the seed; a stage also
-ends at its ``sft.steps`` or ``trainer.steps``. The clock is
+ends at its ``sft.steps`` or ``trainer.steps``. The warm-up is the driver's own: a preset's
+``sft.warm_start`` is switched off in the RL stage (the frozen-lake and sokoban presets'
+warm start is ``--warmup`` with their own sft settings). The clock is
 the wall time of those two commands, process start, model load and their dev evaluations
 included; a stage stops when another step at its pace so far would end past the budget
 (``trainer.max_minutes``). The budget is fixed before the run: a run is never extended.
@@ -308,7 +310,7 @@ def one_seed(args: argparse.Namespace, seed: int, folder: Path) -> dict:
         rl = folder / "rl"
         every = args.dev_every or config.MAX_STEPS  # 0: only after the last step
         command = [
-            str(RAGEN), "train", args.preset, *common, *dev,
+            str(RAGEN), "train", args.preset, *common, *dev, "sft.warm_start=false",
             *([f"model.spec={json.dumps(model)}"] if model else []),
             f"trainer.max_minutes={minutes:.3f}", f"trainer.eval_every={every}",
             "trainer.save_every=0", "--out", str(rl),

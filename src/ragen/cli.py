@@ -286,10 +286,10 @@ def _sft_config(args: argparse.Namespace):
     if not args.env:
         raise UsageError("name an environment (see `ragen envs`) or pass --resume RUN_DIR")
     preset = _env_preset(args.env, args.preset)
-    # A JSON string is a YAML string: env 2048 is the name "2048", never the number.
-    cfg = check_references(
-        config.load(preset, [*args.overrides, f"env.name={json.dumps(args.env)}"])
-    )
+    # A JSON string is a YAML string: env 2048 is the name "2048", never the number. A
+    # preset's sft.warm_start is `ragen train`'s: this run is such a warm start, not one.
+    named = [*args.overrides, f"env.name={json.dumps(args.env)}", "sft.warm_start=false"]
+    cfg = check_references(config.load(preset, named))
     check_expert(cfg)
     out = Path(args.out) if args.out else default_run_root(f"sft-{args.env}")
     run = RunDir(out, command="sft")

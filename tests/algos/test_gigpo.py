@@ -197,16 +197,16 @@ def test_an_estimator_written_before_anchor_ids_still_runs():
 
 def test_the_config_asks_for_per_turn_rewards_and_groups():
     with pytest.raises(ConfigError, match=r"set rollout\.reward_placement=per_turn"):
-        config.load("frozen-lake", ["algo.estimator=gigpo"])
+        config.load("frozen-lake-rl", ["algo.estimator=gigpo"])
     with pytest.raises(ConfigError, match="group_size >= 2"):
         config.load(
-            "frozen-lake",
+            "frozen-lake-rl",
             ["algo.estimator=gigpo", "rollout.reward_placement=per_turn", "rollout.group_size=1"],
         )
     c = config.load(
-        "frozen-lake",
+        "frozen-lake-rl",
         ["algo.estimator=gigpo", "rollout.reward_placement=per_turn", "algo.gigpo_similarity=0.9"],
     )
     assert not c.algo.trains_critic() and not c.algo.whitens()
     with pytest.raises(ConfigError, match="gigpo_similarity"):
-        config.load("frozen-lake", ["algo.gigpo_similarity=1.0"])
+        config.load("frozen-lake-rl", ["algo.gigpo_similarity=1.0"])

@@ -3,6 +3,7 @@ line when it cannot make a config, the resolved config written back as YAML, and
 config show` / `list` on top of them."""
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -22,27 +23,45 @@ def test_every_preset_loads(name):
     assert c.env.name in c.env.eval_names
 
 
-def test_the_gpu_preset_scales_the_cpu_one_up():
-    cpu, gpu = config.load("sokoban"), config.load("sokoban-gpu")
-    assert gpu.env == cpu.env
-    assert (gpu.rollout.group_size, gpu.rollout.max_actions_per_turn) == (16, 5)
-    assert gpu.rollout.max_turns == cpu.rollout.max_turns == 5
-    assert gpu.trainer.device == "cuda"
+LEARNED_HERE = {
+    "frozen-lake": "speedrun_frozen-lake-ranked-edges-d1.json",
+    "sokoban": "speedrun_sokoban-push.json",
+}
+"""The games whose CPU preset is a speedrun's measured recipe (a warm start on an expert, then
+RL), by the result that measured it; the other games' CPU presets play the -gpu one's game."""
+RESULTS = Path(__file__).resolve().parents[2] / "experiments" / "results"
+
+
+@pytest.mark.parametrize("game", sorted(LEARNED_HERE))
+def test_a_cpu_preset_that_learns_here_is_its_speedruns_recipe(game):
+    record = json.loads((RESULTS / LEARNED_HERE[game]).read_text())
+    c = config.load(game)
+    assert config.load(game, record["recipe"]) == c  # the recipe changes nothing in it
+    assert (c.sft.warm_start, c.sft.warm_start_minutes) == (True, record["warmup_minutes"])
+    assert c.trainer.max_minutes == 0 and c.trainer.steps == 10  # then 10 steps of RL
+    # the -starpo variant warms up the same way and differs only in its RL (below)
+    assert config.load(f"{game}-starpo").sft == c.sft
 
 
 @pytest.mark.parametrize("game", GAMES)
-def test_a_gpu_preset_plays_its_cpu_presets_game_at_the_schemas_scale(game):
+def test_a_gpu_preset_plays_the_game_at_the_schemas_scale(game):
     # A -gpu preset states its game (env, the turn shape) again rather than extend the CPU
     # preset: it would otherwise inherit the CPU scale and restate every default to undo it.
     cpu, gpu = config.load(game), config.load(f"{game}-gpu")
-    assert gpu.env == cpu.env
-    shape = ("max_turns", "max_actions_per_episode")
-    assert [getattr(gpu.rollout, k) for k in shape] == [getattr(cpu.rollout, k) for k in shape]
-    assert (gpu.algo.whitens(), gpu.sft) == (cpu.algo.whitens(), cpu.sft)
     default = config.Config()
     assert (gpu.rollout.groups, gpu.rollout.group_size) == (8, 16)
     assert (gpu.algo.filter_ratio, gpu.monitor) == (default.algo.filter_ratio, default.monitor)
     assert gpu.trainer.steps == default.trainer.steps == 200
+    assert gpu.trainer.device == "cuda" and gpu.env.name == cpu.env.name
+    assert gpu.algo.whitens() == cpu.algo.whitens()
+    if game in LEARNED_HERE:  # the paper's recipe: RL from the model, the map alone
+        assert (gpu.env.options, gpu.sft.warm_start) == ({}, False)
+        assert (gpu.rollout.max_turns, gpu.rollout.max_actions_per_turn) == (5, 5)
+        return
+    assert gpu.env == cpu.env
+    shape = ("max_turns", "max_actions_per_episode")
+    assert [getattr(gpu.rollout, k) for k in shape] == [getattr(cpu.rollout, k) for k in shape]
+    assert gpu.sft == cpu.sft
 
 
 def test_the_cpu_overlay_is_no_preset(tmp_path, capsys):

@@ -53,7 +53,7 @@ def test_every_int_size_has_an_upper_bound():
     ],
 )
 def test_advantage_whitening_follows_the_estimator_unless_set(overrides, whitens):
-    c = config.load("sokoban", overrides)
+    c = config.load("sokoban-rl", overrides)
     assert c.algo.whitens() is whitens
     if not any("whiten" in o for o in overrides):  # the default is shown as null
         assert "whiten_advantages: null" in config.to_yaml(c)
@@ -83,7 +83,7 @@ def test_dr_grpo_sets_the_aggregation_and_std_division_left_null(
 
 def test_eval_envs_take_their_own_options_and_the_training_env_takes_env_options():
     c = config.load(
-        "sokoban",
+        "sokoban-rl",
         [
             "env.options.spaced=true",
             "env.eval_names=[sokoban, sokoban-large, frozen-lake]",

@@ -21,7 +21,7 @@ BASE = {"sokoban": {"success": 0.1016, "format_ok": 0.975, "reward_mean": 0.21, 
 
 def fingerprint(*overrides: str, n: int = 256, temperature: float = 0.5) -> dict:
     """The sokoban preset evaluated on sokoban alone (as the README's learn runs are)."""
-    cfg = config.load("sokoban", ["env.eval_names=[sokoban]", *overrides])
+    cfg = config.load("sokoban-rl", ["env.eval_names=[sokoban]", *overrides])
     return learn.eval_fingerprint(cfg, n, temperature)
 
 
@@ -115,7 +115,7 @@ def test_a_missing_file_is_refused_with_the_fix(tmp_path):
 
 def test_each_evaluation_keeps_its_episodes_and_its_full_summary(tmp_path):
     tiny = ["model.spec=tiny", "env.eval_names=[sokoban]", "rollout.max_reply_tokens=6"]
-    cfg = config.load("sokoban", [*tiny, "logging.progress=false", "logging.tensorboard=false"])
+    cfg = config.load("sokoban-rl", [*tiny, "logging.progress=false", "logging.tensorboard=false"])
     run = RunDir(tmp_path / "run")
     create_run_dir(run.root, cfg)
     out = run.root / "eval-base"

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.measure import gemm_gflops
 from experiments import blind_play, speedrun
-from ragen import envs
+from ragen import config, envs
 from ragen.cli import main
 from ragen.envs.experts import expert_move, goal_probabilities
 from ragen.envs.frozen_lake import transition_table
@@ -21,6 +21,7 @@ RECIPE = [
     "model.spec=tiny",
     "rollout.demos=0",
     "rollout.max_turns=2",
+    "rollout.max_actions_per_turn=2",
     "rollout.max_reply_tokens=64",
     "rollout.groups=4",
     "rollout.group_size=2",
@@ -83,6 +84,10 @@ def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
     # the curve: the warm-up's dev evaluation, then the RL stage's after its last step
     assert [(p["stage"], p["step"]) for p in run["dev_curve"]] == [("sft", 0), ("rl", 0)]
     assert run["final_model"].endswith("rl/checkpoints/step_000001")
+    # the driver's warm-up is the recipe's warm start: the preset's own is off in both stages
+    assert not (out / "seed-0" / "rl" / "warm_start").exists()
+    for stage in ("sft", "rl"):
+        assert not config.load_run(out / "seed-0" / stage / "config.yaml").sft.warm_start
     for name in ("t0.5", "greedy"):
         test = run["test"][name]
         assert test["seeds"] == 3 and 0 <= test["success"] <= 1 and test["se"] is not None
@@ -276,7 +281,7 @@ def test_the_swap_check_tests_the_final_policy_on_paired_rooms(tmp_path, monkeyp
     assert json.loads((tmp_path / "seed-0" / speedrun.RECORD).read_text()) == record
     # each test seed's episode was shown the room of its pair
     episodes = tmp_path / "seed-0" / "test-swapped" / "trajectories" / "eval.jsonl"
-    env = envs.make("sokoban", offsets=True)
+    env = envs.make("sokoban", **config.load("sokoban", recipe).env.options)
     for episode in read_jsonl(episodes).records:
         assert episode["turns"][0]["observation"] == env.reset(episode["seed"] ^ 1)
     # a second call finds the check done and evaluates nothing

@@ -36,7 +36,7 @@ SMALL = [
 
 
 def _train(tmp_path, name, *overrides, resume=False):
-    cfg = config.load("sokoban", [*SMALL, *overrides])
+    cfg = config.load("sokoban-rl", [*SMALL, *overrides])
     run = RunDir(tmp_path / name)
     if not resume:
         create_run_dir(run.root, cfg)

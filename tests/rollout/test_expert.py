@@ -36,26 +36,38 @@ class Replay:
         pass
 
 
-@pytest.mark.parametrize("preset", ["sokoban", "frozen-lake", "countdown", "bandit"])
+@pytest.mark.parametrize(
+    "preset", ["sokoban", "sokoban-rl", "frozen-lake", "frozen-lake-rl", "countdown", "bandit"]
+)
 def test_expert_dialogue_is_the_rollout_of_a_model_that_wrote_its_replies(tokenizer, preset):
     spec, c = _spec(preset)
     seeds = expert_seeds(0, 0, 6)
-    expert = expert_dialogues(tokenizer, c.env.name, seeds, spec, env_options=c.env.options)
+    expert = expert_dialogues(
+        tokenizer,
+        c.env.name,
+        seeds,
+        spec,
+        env_options=c.env.options,
+        lake=c.sft.lake_expert,
+        sokoban=c.sft.sokoban_expert,
+    )  # the preset's own warm start, where it has one
     replies = {
         n: [d.token_ids[t.reply_start : t.reply_end] for t in d.turns] for n, d in enumerate(expert)
     }
-    sampled = rollout(Replay(replies), tokenizer, c.env.name, seeds, 1, spec)
+    sampled = rollout(
+        Replay(replies), tokenizer, c.env.name, seeds, 1, spec, env_options=c.env.options
+    )
     for mine, theirs in zip(expert, sampled, strict=True):
         assert mine.token_ids == theirs.token_ids
         assert mine.loss_mask == theirs.loss_mask  # the SFT mask is the RL update's mask
         assert [t.reward for t in mine.turns] == [t.reward for t in theirs.turns]
 
 
-@pytest.mark.parametrize("preset", ["sokoban", "frozen-lake"])
+@pytest.mark.parametrize("preset", ["sokoban-rl", "frozen-lake-rl"])
 def test_located_thoughts_fit_the_presets_reply_budget_and_play_the_same_moves(tokenizer, preset):
     spec, c = _spec(preset)
     seeds = expert_seeds(0, 0, 16)
-    options = {"spaced": True} if preset == "sokoban" else {}
+    options = {"spaced": True} if c.env.name == "sokoban" else {}
     relative = expert_dialogues(tokenizer, c.env.name, seeds, spec, env_options=options)
     located = expert_dialogues(
         tokenizer, c.env.name, seeds, spec, env_options=options, thought="located"

@@ -8,7 +8,7 @@ from ragen.run.rundir import create_run_dir, default_run_root
 
 
 def test_run_dir_layout_and_reloadable_config(tmp_path):
-    c = config.load("sokoban", ["algo.clip_high=0.3"])
+    c = config.load("sokoban-rl", ["algo.clip_high=0.3"])
     run = create_run_dir(tmp_path / "run", c)
     assert run.config.is_file() and run.trajectories.is_dir() and run.checkpoints.is_dir()
     assert config.load(str(run.config)) == c

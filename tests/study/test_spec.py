@@ -1,6 +1,7 @@
 """Study files: every shipped one passes at both scales; bad ones are refused in one line
 naming the file and the fix; plans put overrides and seeds where the docs say."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,10 @@ def test_every_shipped_study_validates_at_both_scales(name):
             assert {want.higher.removesuffix("@start"), want.lower.removesuffix("@start")} <= names
 
 
-def test_the_ten_studies_of_the_issue_are_shipped():
+def test_the_paper_studies_and_the_credit_study_are_shipped():
     assert spec.study_names() == [
         "collapse",
+        "credit",  # GiGPO's per-turn credit (issue 50), the rest the paper's findings
         "diversity",
         "filter",
         "freshness",
@@ -205,6 +207,24 @@ def test_the_command_refuses_unknown_studies_and_bad_overrides(tmp_path, capsys)
 def test_a_name_no_file_can_have_is_refused_as_unknown(name, capsys):
     assert main(["study", name]) == 2
     assert "study: " in capsys.readouterr().err
+
+
+def test_the_shipped_studies_cpu_game_runs_are_rl_alone_as_the_rl_presets(tmp_path):
+    # The frozen-lake and sokoban presets warm up on an expert and write offsets out; a
+    # study's CPU runs with no warm start of the study's compare RL from the embedded model,
+    # so each such run undoes that and plays exactly its -rl preset's game (the sft section
+    # then has no use).
+    checked = []
+    for name in spec.study_names():
+        study = spec.load_study(name)
+        if study.scales["cpu"].warm_start is not None:
+            continue
+        for run in spec.plan(study, "cpu", 1, tmp_path):
+            if run.preset in ("frozen-lake", "sokoban"):
+                rl = config.load(f"{run.preset}-rl", list(run.overrides))
+                assert replace(config.load(run.preset, list(run.overrides)), sft=rl.sft) == rl
+                checked.append(f"{name}/{run.name}")
+    assert len(checked) == 9  # diversity's four lake runs, granularity's three, template's two
 
 
 def test_study_list_names_every_shipped_study(capsys):

@@ -63,7 +63,7 @@ class Scripted:
 
 def _config(window: str, k: int = 1, *overrides: str):
     return config.load(
-        "frozen-lake",
+        "frozen-lake-rl",
         [
             *TINY_RL,
             NO_TENSORBOARD,
@@ -247,7 +247,7 @@ def test_an_update_takes_as_many_optimiser_steps_in_every_window(window, k):
 
 def _train(tmp_path, window: str, k: int, *overrides: str) -> RunDir:
     cfg = config.load(
-        "frozen-lake",
+        "frozen-lake-rl",
         [
             *TINY_RL,
             NO_TENSORBOARD,
@@ -293,7 +293,7 @@ def test_sft_trains_on_each_turn_sample(tmp_path):
     """The expert plays whole episodes; in single_turn its batch holds one row per turn,
     each with the loss on that turn's reply alone."""
     cfg = config.load(
-        "frozen-lake",
+        "frozen-lake-rl",
         [
             "model.spec=tiny",
             "rollout.context_window=single_turn",

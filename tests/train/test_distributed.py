@@ -202,7 +202,7 @@ def _one_thread() -> Iterator[None]:
 
 def _one_process(folder: Path, steps: int) -> RunDir:
     """The reference: ``steps`` steps in one process, a checkpoint after every second."""
-    cfg = config.load("sokoban", [*RUN, f"trainer.steps={steps}"])
+    cfg = config.load("sokoban-rl", [*RUN, f"trainer.steps={steps}"])
     run = create_run_dir(folder / "run", cfg)
     with _one_thread():
         RunLoop(Trainer(cfg), run).train()
@@ -229,7 +229,7 @@ def two_processes(tmp_path_factory) -> RunDir:
     both processes from one torchrun, as one machine would."""
     run = RunDir(tmp_path_factory.mktemp("two") / "run")
     endpoint = f"127.0.0.1:{_free_port()}"
-    args = ["sokoban", *RUN, "trainer.steps=2", "--out", str(run.root)]
+    args = ["sokoban-rl", *RUN, "trainer.steps=2", "--out", str(run.root)]
     nodes = [
         subprocess.Popen(
             _torchrun_cmd(
@@ -299,7 +299,7 @@ def two_fsdp_processes(tmp_path_factory) -> RunDir:
     UPDATE_SCRIPT inside the group it joined; the same processes then take its sharded
     update (result.pt, beside the run)."""
     run = RunDir(tmp_path_factory.mktemp("fsdp") / "run")
-    args = ["sokoban", *RUN, *FSDP, "trainer.steps=2", "--out", str(run.root)]
+    args = ["sokoban-rl", *RUN, *FSDP, "trainer.steps=2", "--out", str(run.root)]
     _ok(_torchrun(TWO_PROCESSES, [str(run.root.parent), *args], program=(str(UPDATE_SCRIPT),)))
     return run
 
@@ -360,7 +360,7 @@ def test_a_sharded_update_pads_uneven_shares_and_skips_a_non_finite_step(two_fsd
 )
 def test_parallel_settings_that_cannot_run_are_refused(overrides, message):
     with pytest.raises(ConfigError) as err:
-        config.load("sokoban", ["model.spec=tiny", *overrides])
+        config.load("sokoban-rl", ["model.spec=tiny", *overrides])
     assert message in str(err.value)
 
 
@@ -387,12 +387,12 @@ def test_the_run_is_freed_before_its_process_group_ends(monkeypatch, tmp_path):
 
     monkeypatch.setattr(distributed, "session", watched)
     args = [*RUN, "trainer.steps=1", "trainer.eval_every=0", "trainer.save_every=0"]
-    assert main(["train", "sokoban", *args, "--out", str(tmp_path / "run")]) == 0
+    assert main(["train", "sokoban-rl", *args, "--out", str(tmp_path / "run")]) == 0
     assert left == []
 
 
 def test_fsdp_in_one_process_says_it_has_no_effect(capsys):
-    trainer = Trainer(config.load("sokoban", [*RUN, *FSDP]))
+    trainer = Trainer(config.load("sokoban-rl", [*RUN, *FSDP]))
     assert "trainer.parallel=fsdp has no effect in one process" in capsys.readouterr().out
     assert not fsdp.is_sharded(trainer.m.policy)
 
@@ -403,7 +403,7 @@ def test_groups_that_do_not_split_over_the_processes_are_refused(monkeypatch, tm
     for name, value in {**launched, "MASTER_PORT": str(_free_port())}.items():
         monkeypatch.setenv(name, value)
     out = tmp_path / "never"
-    assert main(["train", "sokoban", *RUN, "rollout.groups=3", "--out", str(out)]) == 2
+    assert main(["train", "sokoban-rl", *RUN, "rollout.groups=3", "--out", str(out)]) == 2
     assert capsys.readouterr().err == (
         "ragen: rollout.groups=3 cannot be split evenly over 2 processes: set rollout.groups=4 "
         "(a multiple of 2) or launch a process count that divides 3\n"
@@ -429,7 +429,7 @@ def test_a_broken_launch_environment_is_one_line_with_the_fix(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     out = tmp_path / "never"
-    assert main(["train", "sokoban", "model.spec=tiny", "--out", str(out)]) == 2
+    assert main(["train", "sokoban-rl", "model.spec=tiny", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not out.exists()

@@ -58,7 +58,7 @@ def test_the_splits_are_disjoint_from_each_other_and_from_training_seeds():
 def test_a_test_split_evaluation_plays_the_test_seeds(tiny):
     model, tokenizer = tiny
     c = config.load(
-        "sokoban",
+        "sokoban-rl",
         ["model.spec=tiny", "rollout.demos=0", "rollout.max_turns=1", "rollout.max_reply_tokens=4"],
     )
     request = EvalRequest(env="sokoban", n=2, split="test")
@@ -73,7 +73,7 @@ def test_a_test_split_evaluation_plays_the_test_seeds(tiny):
 def test_an_eval_env_is_built_with_its_eval_options(tiny):
     model, tokenizer = tiny
     c = config.load(
-        "sokoban",
+        "sokoban-rl",
         [
             "model.spec=tiny",
             "rollout.demos=0",
@@ -100,7 +100,7 @@ def test_an_evaluation_played_in_waves_plays_the_same_episodes(tiny, monkeypatch
     what one rollout of them all does, and summarise the same."""
     model, tokenizer = tiny
     c = config.load(
-        "frozen-lake",
+        "frozen-lake-rl",
         ["model.spec=tiny", "rollout.demos=0", "rollout.max_turns=2", "rollout.max_reply_tokens=6"],
     )
     generator = make_generator("hf", model, tokenizer)
@@ -120,7 +120,7 @@ def test_an_evaluation_played_in_waves_plays_the_same_episodes(tiny, monkeypatch
 
 def test_only_a_generator_that_keeps_caches_plays_in_waves(tiny):
     model, tokenizer = tiny
-    spec = RolloutSpec.from_config(config.load("frozen-lake", ["model.spec=tiny"]).rollout)
+    spec = RolloutSpec.from_config(config.load("frozen-lake-rl", ["model.spec=tiny"]).rollout)
     naive = make_generator("naive", model, tokenizer)
     assert evaluator.eval_wave(naive, spec, 2, 7) == 7
     cached = make_generator("hf", model, tokenizer)

@@ -32,7 +32,7 @@ class ConstantReturns(Trainer):
 
 
 def _trainer(*overrides, cls=Trainer):
-    return cls(config.load("sokoban", [*SMALL, *overrides]))
+    return cls(config.load("sokoban-rl", [*SMALL, *overrides]))
 
 
 def _group_means(episodes, value):

@@ -51,7 +51,7 @@ SMALL = [
 def _trainer(*overrides: str) -> Trainer:
     """A trainer whose episodes the solver plays, group g's second episode paid 0.3 (3 - g)
     more than its first: group g's return std is 0.15 (3 - g), the later groups vary less."""
-    trainer = Trainer(config.load("sokoban", [*SMALL, *overrides]))
+    trainer = Trainer(config.load("sokoban-rl", [*SMALL, *overrides]))
     trainer.generator = ExpertGenerator(trainer.m.tokenizer, trainer.spec)
     collect = trainer.collect
 

@@ -40,13 +40,13 @@ def test_cosine_decay_and_a_rollback_multiply():
 
 
 def test_the_optimisers_take_the_decayed_rates():
-    c = config.load("sokoban", ["trainer.lr_decay=linear", "trainer.steps=4"])
+    c = config.load("sokoban-rl", ["trainer.lr_decay=linear", "trainer.steps=4"])
     weight = torch.nn.Parameter(torch.zeros(1))
     optimizers = {name: torch.optim.AdamW([weight]) for name in ("actor", "critic")}
     set_learning_rates(optimizers, c, 3, 0)
     assert optimizers["actor"].param_groups[0]["lr"] == pytest.approx(c.trainer.actor_lr / 4)
     assert optimizers["critic"].param_groups[0]["lr"] == pytest.approx(c.trainer.critic_lr / 4)
-    sft = config.load("sokoban", ["trainer.lr_decay=linear", "sft.steps=8", "sft.lr=1e-3"])
+    sft = config.load("sokoban-rl", ["trainer.lr_decay=linear", "sft.steps=8", "sft.lr=1e-3"])
     assert set_sft_learning_rate(optimizers["actor"], sft, 6) == pytest.approx(2.5e-4)
     assert optimizers["actor"].param_groups[0]["lr"] == pytest.approx(2.5e-4)
 

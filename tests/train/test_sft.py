@@ -20,6 +20,10 @@ from ragen.train.sft import supervised_update
 # hold several replies, each with its own loss tokens.
 SHORT = ["rollout.demos=0", "rollout.max_turns=2"]
 
+RL = ["--preset", "sokoban-rl"]
+"""The game these runs imitate: the sokoban-rl preset's, whose expert plays shortest solutions
+(the sokoban preset's push rule has tests of its own, tests/envs/test_sokoban_push.py)."""
+
 SMALL = [
     "model.spec=tiny",
     *SHORT,
@@ -35,7 +39,7 @@ SMALL = [
 
 
 def _batch(tokenizer, seeds=(0, 1, 2)):
-    c = config.load("sokoban", SHORT)
+    c = config.load("sokoban-rl", SHORT)
     spec = RolloutSpec.from_config(c.rollout)
     return collate(expert_dialogues(tokenizer, "sokoban", list(seeds), spec), 0)
 
@@ -126,7 +130,7 @@ def test_a_run_whose_updates_are_all_skipped_stops_in_one_line(tmp_path, capsys)
     model.save_pretrained(tmp_path / "nan")
     tokenizer.save_pretrained(tmp_path / "nan")
     argv = [*SMALL, f"model.spec={tmp_path / 'nan'}", "sft.steps=6", "trainer.eval_episodes=1"]
-    assert main(["sft", "sokoban", *argv, "--out", str(tmp_path / "run")]) == 1
+    assert main(["sft", "sokoban", *RL, *argv, "--out", str(tmp_path / "run")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         "ragen: stopped: [step 2] every update of the last 3 steps was skipped: the loss or its "
@@ -138,7 +142,7 @@ def test_a_run_whose_updates_are_all_skipped_stops_in_one_line(tmp_path, capsys)
 
 
 def _sft(tmp_path, name, *overrides, resume=False):
-    args = ["sft", "--resume", str(tmp_path / name)] if resume else ["sft", "sokoban"]
+    args = ["sft", "--resume", str(tmp_path / name)] if resume else ["sft", "sokoban", *RL]
     out = [] if resume else ["--out", str(tmp_path / name)]
     return main([*args, *([] if resume else SMALL), *overrides, *out])
 
@@ -178,7 +182,7 @@ def test_sft_writes_a_run_that_resumes_exactly_and_rl_starts_from(tmp_path, caps
     assert refused == 2 and "continue it with `ragen sft --resume" in capsys.readouterr().err
     rl = [
         "train",
-        "sokoban",
+        "sokoban-rl",
         f"model.spec={ckpt}",
         "trainer.steps=1",
         "rollout.groups=2",
@@ -236,6 +240,7 @@ def test_bad_sft_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, me
 def test_a_budget_no_level_fits_is_refused(tmp_path, capsys):
     argv = [
         "sokoban-large",  # two boxes: no level is solved in one action
+        *RL,
         *SMALL,
         "rollout.max_actions_per_episode=1",
         "rollout.max_actions_per_turn=1",

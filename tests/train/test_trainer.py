@@ -29,7 +29,7 @@ SMALL = [*TINY_RL, NO_TENSORBOARD, "trainer.actor_lr=1e-3", "trainer.critic_lr=1
 
 
 def _config(*overrides):
-    return config.load("sokoban", [*SMALL, *overrides])
+    return config.load("sokoban-rl", [*SMALL, *overrides])
 
 
 def _train(tmp_path, name, *overrides, resume=False):
@@ -135,7 +135,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, ragen_home):
         "-m",
         "ragen",
         "train",
-        "sokoban",
+        "sokoban-rl",
         *SMALL,
         "trainer.steps=4",
         "trainer.save_every=1",

@@ -58,7 +58,7 @@ class GradientRecorder(torch.optim.SGD):
 
 
 def _trainer(*overrides: str) -> Trainer:
-    return Trainer(config.load("sokoban", [*SMALL, *overrides]))
+    return Trainer(config.load("sokoban-rl", [*SMALL, *overrides]))
 
 
 def _scoring_first(trainer: Trainer) -> Trainer:

@@ -178,15 +178,15 @@ def test_a_kill_in_rl_resumes_rl_without_redoing_the_warm_start(
 
 def test_the_budget_split():
     budget = ["trainer.max_minutes=30"]
-    c = config.load("sokoban", ["sft.warm_start=true", *budget])
+    c = config.load("sokoban-rl", ["sft.warm_start=true", *budget])
     assert warm_start.stage_config(c).trainer.max_minutes == 30  # the whole budget caps it
-    c = config.load("sokoban", ["sft.warm_start=true", "sft.warm_start_minutes=10"])
+    c = config.load("sokoban-rl", ["sft.warm_start=true", "sft.warm_start_minutes=10"])
     assert warm_start.stage_config(c).trainer.max_minutes == 10
     assert warm_start.rl_minutes(30, 12.25) == 17.75
     assert warm_start.rl_minutes(0, 12.25) == 0  # no budget: RL has none either
     assert warm_start.rl_minutes(30, 31) == warm_start.MIN_RL_MINUTES  # one step
     with pytest.raises(ConfigError, match="would leave RL no time"):
-        config.load("sokoban", ["sft.warm_start=true", *budget, "sft.warm_start_minutes=30"])
+        config.load("sokoban-rl", ["sft.warm_start=true", *budget, "sft.warm_start_minutes=30"])
 
 
 def test_an_env_without_an_expert_is_refused_in_one_line(tmp_path, monkeypatch, capsys):

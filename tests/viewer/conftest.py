@@ -88,7 +88,7 @@ def viewer_run(tmp_path_factory) -> Path:
     from ragen.train.loop import RunLoop
     from ragen.train.trainer import Trainer
 
-    cfg = config.load("sokoban", TINY)
+    cfg = config.load("sokoban-rl", TINY)
     root = tmp_path_factory.mktemp("viewer") / "tiny-run"
     create_run_dir(root, cfg)
     RunLoop(Trainer(cfg), RunDir(root)).train()

@@ -38,13 +38,9 @@ paper() {  # the paper's Sokoban step (400-token replies): 2 steps, then resumed
     trainer.steps=3 >> $OUT/paper.log 2>&1; tail -2 $OUT/paper.log
   cp /tmp/paper/metrics.jsonl $OUT/paper_metrics.jsonl 2>/dev/null
 }
-speedrun() {  # the CPU's FrozenLake recipe (docs/performance.md) on the GPU, one seed, 3 minutes
+speedrun() {  # the frozen-lake preset's recipe (docs/performance.md) on the GPU, one seed, 3 minutes
   timeout 330 python3 -m experiments.speedrun frozen-lake --budget 3 --warmup 1 --seeds 1 \
     --dev-n 32 --test-n 256 --threads 8 --name frozen-lake-gpu-h200 --out /tmp/sr \
-    env.options.random_ends=true env.options.spaced=true env.options.offsets=true \
-    'env.eval_names=[frozen-lake]' rollout.max_turns=10 rollout.max_actions_per_turn=1 \
-    rollout.max_actions_per_episode=10 rollout.demos=0 rollout.max_reply_tokens=80 \
-    sft.lake_expert=careful sft.dialogues=2 sft.micro_batch_size=2 sft.lr=1e-4 sft.steps=1000 \
     trainer.device=cuda 2>&1 | grep -v Loading | tail -6
   cp experiments/results/speedrun_frozen-lake-gpu-h200.json docs/speedrun/frozen-lake-gpu-h200.png \
     $OUT/ 2>/dev/null || cp /tmp/sr/seed-0/speedrun.json $OUT/speedrun_seed0.json 2>/dev/null

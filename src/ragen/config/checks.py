@@ -107,7 +107,8 @@ def check_combinations(c: Config) -> Config:
         raise _contradiction(
             "sft.warm_start_minutes and trainer.max_minutes",
             f"{c.sft.warm_start_minutes:g} >= {t.max_minutes:g}",
-            "the warm start would leave RL no time; lower sft.warm_start_minutes",
+            "the warm start would leave RL no time; lower sft.warm_start_minutes, or set "
+            "sft.warm_start=false",
         )
     _check_fsdp(c)
     if not is_device(t.device):

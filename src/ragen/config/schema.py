@@ -619,8 +619,8 @@ class SftConfig:
     """`ragen train` first runs `ragen sft` with this config (these sft.* settings, under
     warm_start_minutes) in RUN/warm_start, then RL from its last checkpoint: RUN/config.yaml
     then becomes the RL stage's (model.spec that checkpoint, warm_start false,
-    trainer.max_minutes what the warm start left of it). The env needs an expert. No effect
-    on `ragen sft` itself."""
+    trainer.max_minutes what the warm start left of it). The env needs an expert. `ragen sft`
+    turns it off: its run is such a stage."""
     warm_start_minutes: float = opt(0.0, ge=0.0)
     """Wall-clock budget of the warm start, by trainer.max_minutes' rule; 0: it ends at
     sft.steps, or at trainer.max_minutes (the whole budget) if that comes first. With

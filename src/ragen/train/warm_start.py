@@ -98,7 +98,8 @@ def check_can_start(c: Config) -> None:
     if distributed.world_size() > 1:
         raise distributed.LaunchError(
             "sft.warm_start runs `ragen sft`, which runs in one process: run `ragen sft` "
-            "first, then `ragen train ... model.spec=ITS_CHECKPOINT` under torchrun"
+            "first, then `ragen train ... sft.warm_start=false model.spec=ITS_CHECKPOINT` "
+            "under torchrun"
         )
 
 
