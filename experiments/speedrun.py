@@ -475,6 +475,7 @@ def plot(result: dict, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     before = result["before"]["dev"]
+    swap_named = False
     for record in result["runs"]:
         xs = [0.0] + [p["minutes"] for p in record["dev_curve"]]
         ys = [before] + [p["success"] for p in record["dev_curve"]]
@@ -487,7 +488,9 @@ def plot(result: dict, path: Path) -> None:
         if "swap_view" in record:  # Sokoban's blind-play check: the same policy, rooms swapped
             swapped = (record["minutes"], record["swap_view"]["success"])
             ax.plot(*swapped, "x", color=line.get_color())
-            ax.text(*swapped, "rooms swapped ", fontsize=7, ha="right", color=line.get_color())
+            if not swap_named:  # one label for the seeds' crosses, which lie close together
+                ax.text(*swapped, "rooms swapped ", fontsize=7, ha="right", va="top")
+                swap_named = True
     floors = result["floors"]
     for i, (name, value) in enumerate(floors.items()):  # labels staggered: floors may be close
         ax.axhline(value, linestyle=":", linewidth=1, color="grey")
