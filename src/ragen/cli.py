@@ -195,6 +195,7 @@ def _warm_start(cfg, run, *, resume: bool):
     with hold(run):  # RUN's one writer through the stage
         stage = warm_start.open_stage(cfg, run, resume=resume)
         if stage is not None:
+            print(warm_start.opening_line(cfg, stage))
             status = _run_loop(SftTrainer, stage.config, stage.run, resume=stage.resume)
             if status != EXIT_OK:
                 return None, status

@@ -189,6 +189,26 @@ def test_the_budget_split():
         config.load("sokoban-rl", ["sft.warm_start=true", *budget, "sft.warm_start_minutes=30"])
 
 
+def test_the_opening_line_says_what_the_run_does_from_here(tmp_path):
+    run = RunDir(tmp_path / "run")
+    c = config.load("sokoban")  # the preset's own: an hour of the push rule, then 10 RL steps
+    stage = warm_start.Stage(run.warm_start, warm_start.stage_config(c), resume=False)
+    assert warm_start.opening_line(c, stage) == (
+        f"warm start: `ragen sft` starts in {run.warm_start.root} (until 60 min or 3000 steps, "
+        "whichever comes first), then 10 RL steps from its last checkpoint"
+    )
+    c = config.load("sokoban", ["sft.warm_start_minutes=0", "trainer.max_minutes=90"])
+    stage = warm_start.Stage(run.warm_start, warm_start.stage_config(c), resume=True)
+    assert warm_start.opening_line(c, stage) == (
+        f"warm start: `ragen sft` resumes in {run.warm_start.root} (until 90 min or 3000 steps, "
+        "whichever comes first), then 10 RL steps within trainer.max_minutes=90 from its last "
+        "checkpoint"
+    )
+    c = config.load("sokoban", ["sft.warm_start_minutes=0", "sft.steps=4"])
+    stage = warm_start.Stage(run.warm_start, warm_start.stage_config(c), resume=False)
+    assert "(until 4 steps), then 10 RL steps" in warm_start.opening_line(c, stage)
+
+
 def test_an_env_without_an_expert_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(EXAMPLES))  # the maze: a user's env without an expert
     out = tmp_path / "run"

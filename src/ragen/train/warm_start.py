@@ -130,6 +130,25 @@ def open_stage(c: Config, run: RunDir, *, resume: bool) -> Stage | None:
     return Stage(stage, sft, again)
 
 
+def opening_line(c: Config, stage: Stage) -> str:
+    """What the warm-started run ``c`` does from here, said as its ``stage`` starts or
+    resumes: the stage ends at its budget or its sft.steps, whichever comes first, and RL
+    follows for trainer.steps (within what is left of trainer.max_minutes, if set)."""
+    sft = stage.config
+    minutes = sft.trainer.max_minutes
+    ends = f"{sft.sft.steps} steps"
+    if minutes:
+        ends = f"{minutes:g} min or {ends}, whichever comes first"
+    rl = f"{c.trainer.steps} RL steps" + (
+        f" within trainer.max_minutes={c.trainer.max_minutes:g}" if c.trainer.max_minutes else ""
+    )
+    verb = "resumes" if stage.resume else "starts"
+    return (
+        f"warm start: `ragen sft` {verb} in {stage.run.root} (until {ends}), then {rl} from "
+        "its last checkpoint"
+    )
+
+
 def start_rl(c: Config, run: RunDir, minutes: float) -> Config:
     """With ``run``'s lock held and its warm start ended (``minutes`` long, if stage.json
     does not say already): record the stage, make run/config.yaml the RL stage's, say so,
