@@ -105,8 +105,9 @@ as RAGEN shows them, five turns with two worked turns."""
 def env_config(env: str, spec: str, overrides: list[str]) -> config.Config:
     """The config ``ragen eval --env ENV --preset PRESET --model SPEC`` would run with
     ``overrides``, PRESET the env's own (RL_ALONE's for Sokoban and FrozenLake)."""
-    preset = config.preset_for_env(env) or ""
-    preset = RL_ALONE.get(preset, preset)
+    preset = config.preset_for_env(env)
+    if preset in RL_ALONE:
+        preset = RL_ALONE[preset]
     own = env_overrides(env, overrides)
     loaded = config.load(preset, [*own, f"env.name={env}", f"model.spec={json.dumps(spec)}"])
     return check_references(loaded)
