@@ -79,7 +79,9 @@ def _eval(url: str, out: Path, env: str, *extra: str) -> int:
 def test_an_evaluation_through_llama_server(server, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(KEY_ENV, KEY)
     out = tmp_path / "sokoban"
-    assert _eval(server, out, "sokoban", "--n", "2", "--concurrency", str(SLOTS)) == 0
+    # sokoban-rl: the game with the instructions and two worked turns the prompts count below
+    args = ["--preset", "sokoban-rl", "--n", "2", "--concurrency", str(SLOTS)]
+    assert _eval(server, out, "sokoban", *args) == 0
     assert "no reply prefix" in capsys.readouterr().out
     summary = json.loads((out / "eval.jsonl").read_text())
     assert (summary["episodes"], summary["seeds"], summary["temperature"]) == (2, 2, 0.0)
