@@ -1,7 +1,6 @@
 """Study files: every shipped one passes at both scales; bad ones are refused in one line
 naming the file and the fix; plans put overrides and seeds where the docs say."""
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -140,6 +139,21 @@ def test_a_preset_file_is_read_from_the_study_files_folder(tmp_path):
     assert spec.with_suffix("sokoban", "-gpu") == "sokoban-gpu"
 
 
+def test_a_scales_presets_map_a_runs_preset_before_the_suffix(tmp_path):
+    (tmp_path / "presets").mkdir()
+    for name in ("q.yaml", "q-gpu.yaml"):
+        (tmp_path / "presets" / name).write_text("extends: bandit\ntrainer: {steps: 9}\n")
+    text = BASE.replace("  cpu: {seeds: 2,", "  cpu: {presets: {bandit: bandit-starpo}, seeds: 2,")
+    mapped = "  paper: {presets: {bandit: presets/q.yaml}, preset_suffix"
+    text = text.replace("  paper: {preset_suffix", mapped)
+    study = spec.load_study(_write(tmp_path, text))
+    a, b = spec.plan(study, "cpu", 1, Path("o"))
+    assert (a.name, a.preset, b.preset) == ("a", "bandit-starpo", "bandit-starpo")
+    (paper,) = spec.plan(study, "paper", 1, Path("o"))  # mapped, then the suffix, from the folder
+    assert paper.preset == str(tmp_path / "presets" / "q-gpu.yaml")
+    assert config.load(paper.preset, list(paper.overrides)).trainer.steps == 5  # the scale's
+
+
 def test_a_warm_starts_preset_file_is_read_from_the_study_files_folder(tmp_path, monkeypatch):
     (tmp_path / "presets").mkdir()
     (tmp_path / "presets" / "w.yaml").write_text("extends: frozen-lake\nsft: {steps: 3}\n")
@@ -168,6 +182,11 @@ def test_a_warm_starts_preset_file_is_read_from_the_study_files_folder(tmp_path,
         (("at_scales: [cpu]", "at_scales: [gpu]"), "run b: at_scales names 'gpu'"),
         (("runs:\n", "runs: []\nold_runs:\n"), "unknown key 'old_runs'"),
         (("{name: b,", "{name: warm-start,"), "run name 'warm-start' must be a folder name"),
+        (
+            ("  cpu: {seeds: 2,", "  cpu: {presets: {sokoban: sokoban-rl}, seeds: 2,"),
+            "scale cpu: presets maps 'sokoban', which no run at this scale names (its runs name "
+            "bandit, bandit-starpo)",
+        ),
         (
             ("seeds: 2,", "seeds: 2, warm_start: {preset: bandit, overrides: [sft.stps=1]},"),
             "unknown key 'sft.stps'",
@@ -209,20 +228,20 @@ def test_a_name_no_file_can_have_is_refused_as_unknown(name, capsys):
     assert "study: " in capsys.readouterr().err
 
 
-def test_the_shipped_studies_cpu_game_runs_are_rl_alone_as_the_rl_presets(tmp_path):
+def test_the_shipped_studies_cpu_game_runs_play_the_rl_presets(tmp_path):
     # The frozen-lake and sokoban presets warm up on an expert and write offsets out; a
     # study's CPU runs with no warm start of the study's compare RL from the embedded model,
-    # so each such run undoes that and plays exactly its -rl preset's game (the sft section
-    # then has no use).
+    # so the scale maps each such run to its -rl preset, and it plays exactly that game.
     checked = []
     for name in spec.study_names():
         study = spec.load_study(name)
         if study.scales["cpu"].warm_start is not None:
             continue
         for run in spec.plan(study, "cpu", 1, tmp_path):
-            if run.preset in ("frozen-lake", "sokoban"):
-                rl = config.load(f"{run.preset}-rl", list(run.overrides))
-                assert replace(config.load(run.preset, list(run.overrides)), sft=rl.sft) == rl
+            cfg = config.load(run.preset, list(run.overrides))
+            if cfg.env.name in ("frozen-lake", "sokoban"):
+                assert run.preset == f"{cfg.env.name}-rl", f"{name}/{run.name}"
+                assert not cfg.sft.warm_start and cfg.rollout.demos == 2
                 checked.append(f"{name}/{run.name}")
     assert len(checked) == 9  # diversity's four lake runs, granularity's three, template's two
 

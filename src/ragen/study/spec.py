@@ -17,10 +17,10 @@ A study file is YAML; its first comment line is the summary ``ragen study list``
     expect:
       - {higher: starpo-s, lower: starpo}
 
-A run at scale S and seed k trains ``PRESET + S.preset_suffix`` with, in this order, the
-scale's overrides, the run's own, the run's overrides at that scale, the overrides given on
-the command line (``ragen study collapse --scale paper model.spec=/models/qwen``), and
-``trainer.seed=k``.
+A run at scale S and seed k trains ``PRESET + S.preset_suffix`` (PRESET as the scale's
+``presets`` maps it, if it does) with, in this order, the scale's overrides, the run's own,
+the run's overrides at that scale, the overrides given on the command line (``ragen study
+collapse --scale paper model.spec=/models/qwen``), and ``trainer.seed=k``.
 
 A scale may name a warm start, a `ragen sft` run per seed that the seed's runs all start
 from (``model.spec`` set to its last checkpoint when they launch)::
@@ -98,6 +98,9 @@ class StudyScale:
 
     preset_suffix: str = ""
     """Appended to every run's preset (paper: -gpu, the paper's settings)."""
+    presets: dict[str, str] = opt({})
+    """A run's preset this scale trains instead, by the preset the run names ({frozen-lake:
+    frozen-lake-rl}: the lake runs play RL alone here); the suffix is appended after."""
     overrides: list[str] = opt([])
     """Dotted overrides of every run at this scale, before the run's own."""
     seeds: int = opt(1, ge=1, le=MAX_SEEDS)
@@ -216,6 +219,7 @@ def load_study(name_or_path: str) -> Study:
         for run in study.runs:
             run.preset = _from_folder(run.preset, path.parent)
         for scale in study.scales.values():
+            scale.presets = {k: _from_folder(v, path.parent) for k, v in scale.presets.items()}
             if scale.warm_start is not None:
                 scale.warm_start.preset = _from_folder(scale.warm_start.preset, path.parent)
         check_study(study)
@@ -249,6 +253,7 @@ def check_study(study: Study) -> None:
         _check_run(run, seen, study.scales)
         seen.add(run.name)
     _check_expectations(study.expect, seen)
+    _check_scale_presets(study)
     _check_warm_starts(study)
     for scale in study.scales:
         planned = plan(study, scale, 1, Path("."))
@@ -271,6 +276,18 @@ def _check_run(run: StudyRun, seen: set[str], scales: dict[str, StudyScale]) -> 
             raise ConfigError(f"run {run.name}: {key} names {extra[0]!r}, no scale here")
     if _sets(run.overrides, "trainer.seed"):
         raise ConfigError(f"run {run.name}: drop trainer.seed, the study sets the seeds")
+
+
+def _check_scale_presets(study: Study) -> None:
+    """A scale's ``presets`` maps presets its runs name: any other key is a typo."""
+    for name, scale in study.scales.items():
+        named = {r.preset for r in runs_at(study, name)}
+        unused = sorted(set(scale.presets) - named)
+        if unused:
+            raise ConfigError(
+                f"scale {name}: presets maps {unused[0]!r}, which no run at this scale "
+                f"names (its runs name {', '.join(sorted(named))})"
+            )
 
 
 def _check_warm_starts(study: Study) -> None:
@@ -368,7 +385,7 @@ def plan(
                 PlannedRun(
                     name=run.name,
                     seed=seed,
-                    preset=with_suffix(run.preset, at.preset_suffix),
+                    preset=with_suffix(at.presets.get(run.preset, run.preset), at.preset_suffix),
                     overrides=settings,
                     root=out / run.name / f"seed-{seed}",
                     warm_from=warm_from,
