@@ -502,7 +502,7 @@ def plot(result: dict, path: Path) -> None:
     ax.set_xlabel("minutes (warm-up and RL, dev evaluations included)")
     ax.set_ylabel("success (dev: circles, test T=0.5: squares ± SE)")
     ax.set_title(f"speedrun {result['name']}")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
