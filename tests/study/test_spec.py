@@ -152,6 +152,12 @@ def test_a_scales_presets_map_a_runs_preset_before_the_suffix(tmp_path):
     (paper,) = spec.plan(study, "paper", 1, Path("o"))  # mapped, then the suffix, from the folder
     assert paper.preset == str(tmp_path / "presets" / "q-gpu.yaml")
     assert config.load(paper.preset, list(paper.overrides)).trainer.steps == 5  # the scale's
+    # a key given as a relative path names the run's preset file, read from the same folder
+    keyed = BASE.replace("preset: bandit\n", "preset: presets/q.yaml\n")
+    mapped = "  cpu: {presets: {presets/q.yaml: bandit}, seeds: 2,"
+    keyed = keyed.replace("  cpu: {seeds: 2,", mapped)
+    a, _ = spec.plan(spec.load_study(_write(tmp_path, keyed)), "cpu", 1, Path("o"))
+    assert a.preset == "bandit"
 
 
 def test_a_warm_starts_preset_file_is_read_from_the_study_files_folder(tmp_path, monkeypatch):

@@ -219,7 +219,10 @@ def load_study(name_or_path: str) -> Study:
         for run in study.runs:
             run.preset = _from_folder(run.preset, path.parent)
         for scale in study.scales.values():
-            scale.presets = {k: _from_folder(v, path.parent) for k, v in scale.presets.items()}
+            folder = path.parent  # a key is matched against the runs' presets, read alike
+            scale.presets = {
+                _from_folder(k, folder): _from_folder(v, folder) for k, v in scale.presets.items()
+            }
             if scale.warm_start is not None:
                 scale.warm_start.preset = _from_folder(scale.warm_start.preset, path.parent)
         check_study(study)
