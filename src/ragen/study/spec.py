@@ -216,15 +216,16 @@ def load_study(name_or_path: str) -> Study:
     path = study_path(name_or_path)
     try:
         study = config.build_schema(Study, config.read_yaml(path))
+        folder = path.parent
         for run in study.runs:
-            run.preset = _from_folder(run.preset, path.parent)
+            run.preset = _from_folder(run.preset, folder)
         for scale in study.scales.values():
-            folder = path.parent  # a key is matched against the runs' presets, read alike
+            # a key is matched against the runs' presets, so it is read as they are
             scale.presets = {
                 _from_folder(k, folder): _from_folder(v, folder) for k, v in scale.presets.items()
             }
             if scale.warm_start is not None:
-                scale.warm_start.preset = _from_folder(scale.warm_start.preset, path.parent)
+                scale.warm_start.preset = _from_folder(scale.warm_start.preset, folder)
         check_study(study)
     except ConfigError as err:
         raise ConfigError(
