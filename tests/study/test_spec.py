@@ -118,11 +118,14 @@ def test_a_warm_start_fine_tunes_each_seed_before_its_runs_which_start_from_it(t
     # a run is judged with the model its warm start fine-tunes, and launched from its last step
     checkpoint = out / "warm-start" / "seed-1" / "checkpoints" / "step_000004"
     assert planned[4].warm_from == checkpoint and "model.spec=tiny" in planned[4].overrides
-    assert runner.command_line(planned[4], resume=False)[-3:] == [
+    # every run keeps its evaluation before training for the runs that start as it does
+    assert runner.command_line(planned[4], resume=False)[-4:] == [
         f"model.spec={checkpoint}",
+        f"trainer.eval_before_cache={out / 'eval-before'}",
         "--out",
         str(out / "a" / "seed-1"),
     ]
+    assert {p.eval_cache for p in planned} == {None, out / "eval-before"}  # None: warm starts
     resumed = ["train", "--resume", str(planned[4].root)]
     assert runner.command_line(planned[4], resume=True) == resumed
     assert [p.name for p in spec.plan(study, "paper", 1, out)] == ["a"]  # the paper scale has none
@@ -188,6 +191,7 @@ def test_a_warm_starts_preset_file_is_read_from_the_study_files_folder(tmp_path,
         (("at_scales: [cpu]", "at_scales: [gpu]"), "run b: at_scales names 'gpu'"),
         (("runs:\n", "runs: []\nold_runs:\n"), "unknown key 'old_runs'"),
         (("{name: b,", "{name: warm-start,"), "run name 'warm-start' must be a folder name"),
+        (("{name: b,", "{name: eval-before,"), "run name 'eval-before' must be a folder name"),
         (
             ("  cpu: {seeds: 2,", "  cpu: {presets: {sokoban: sokoban-rl}, seeds: 2,"),
             "scale cpu: presets maps 'sokoban', which no run at this scale names (its runs name "
@@ -222,7 +226,8 @@ def test_the_command_refuses_unknown_studies_and_bad_overrides(tmp_path, capsys)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
         "ragen train bandit trainer.steps=3 algo.filter_ratio=1.0 model.spec=tiny "
-        "trainer.seed=0 --out runs/study-mine-cpu/a/seed-0"
+        "trainer.seed=0 trainer.eval_before_cache=runs/study-mine-cpu/eval-before "
+        "--out runs/study-mine-cpu/a/seed-0"
     )
     assert out[-1] == "2 runs of mine at scale cpu in runs/study-mine-cpu"
     assert not Path("runs/study-mine-cpu").exists()  # --plan runs and writes nothing

@@ -1,7 +1,11 @@
 """trainer.eval_before: the starting policy evaluated once, at step -1, changing nothing else;
+trainer.eval_before_cache: that evaluation shared by runs from the same weights;
 trainer.eval_k: tries per evaluation seed."""
 
+import json
+
 import pytest
+import torch
 from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config
@@ -9,6 +13,8 @@ from ragen.report.runs import load_run
 from ragen.report.summary import story
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import BEFORE_TRAINING, RunDir, create_run_dir
+from ragen.train import eval_cache, loop
+from ragen.train.evaluator import evaluate
 from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
@@ -76,3 +82,81 @@ def test_an_evaluation_plays_eval_k_tries_a_seed(tmp_path):
 def test_an_evaluation_past_its_episode_bound_is_refused():
     with pytest.raises(config.ConfigError, match=r"trainer\.eval_episodes and trainer\.eval_k"):
         config.load("bandit", ["trainer.eval_episodes=1000", "trainer.eval_k=1001"])
+
+
+def _evals_before(run):
+    return [e for e in read_jsonl(run.evals).records if e["step"] == BEFORE_TRAINING]
+
+
+def test_runs_from_the_same_weights_share_one_evaluation_before_training(tmp_path, monkeypatch):
+    played = []
+
+    def counted(*args, **kwargs):
+        played.append(args[3].env)  # the request
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "evaluate", counted)
+    cache = f"trainer.eval_before_cache={tmp_path / 'kept'}"
+    first = _train(tmp_path / "first", "trainer.steps=1", "trainer.eval_before=true", cache)
+    assert played == ["bandit", "bandit"]  # before training, after the last step
+    # another estimator and more steps: the same starting weights and evaluation
+    second = _train(
+        tmp_path / "second",
+        "trainer.steps=2",
+        "algo.estimator=rloo",
+        "trainer.eval_before=true",
+        cache,
+    )
+    assert played == ["bandit"] * 3  # after its last step only: the one before is read
+    (kept,) = _evals_before(first)
+    (reused,) = _evals_before(second)
+    assert reused == {**kept, eval_cache.REUSED_FROM: str(first.root)}
+    assert eval_cache.REUSED_FROM not in kept
+    # what the second run trained is what it trains without the cache
+    plain = _train(
+        tmp_path / "plain", "trainer.steps=2", "algo.estimator=rloo", "trainer.eval_before=true"
+    )
+    assert _training(second) == _training(plain) and len(played) == 5
+    # and the figures it read are those it plays without it (all but the clocks)
+    clocks = ("seconds", "cost", eval_cache.REUSED_FROM)
+    (played_before,) = _evals_before(plain)
+    assert {k: v for k, v in reused.items() if k not in clocks} == {
+        k: v for k, v in played_before.items() if k not in clocks
+    }
+    # another training seed samples the evaluation differently: played again, kept beside
+    _train(
+        tmp_path / "seed1", "trainer.steps=1", "trainer.eval_before=true", "trainer.seed=1", cache
+    )
+    assert len(played) == 7 and len(list((tmp_path / "kept").iterdir())) == 2
+
+
+def test_a_kept_evaluation_that_is_not_one_is_played_again(tmp_path, capsys):
+    cache = tmp_path / "kept"
+    args = ("trainer.steps=1", "trainer.eval_before=true", f"trainer.eval_before_cache={cache}")
+    _train(tmp_path / "first", *args)
+    (kept,) = cache.iterdir()
+    good = kept.read_text()
+    for broken in ("{not json", "[]", good.replace('"success"', '"succes"')):
+        kept.write_text(broken)
+        run = _train(tmp_path / f"again-{len(broken)}", *args)
+        (before,) = _evals_before(run)
+        assert eval_cache.REUSED_FROM not in before  # played, and kept again
+        assert json.loads(kept.read_text())["summary"][eval_cache.REUSED_FROM] == str(run.root)
+    # a cache folder that cannot be written: the run goes on and says so
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    run = _train(tmp_path / "blocked", "trainer.steps=1", "trainer.eval_before=true",
+                 f"trainer.eval_before_cache={blocked}")  # fmt: skip
+    assert [e["step"] for e in read_jsonl(run.evals).records] == [BEFORE_TRAINING, 0]
+    assert f"not kept in {blocked} (FileExistsError" in capsys.readouterr().out
+
+
+def test_the_weights_digest_reads_every_byte():
+    model = torch.nn.Linear(3, 2)
+    same = torch.nn.Linear(3, 2)
+    same.load_state_dict(model.state_dict())
+    assert eval_cache.weights_digest(model) == eval_cache.weights_digest(same)
+    with torch.no_grad():
+        same.bias[1] = torch.nextafter(same.bias[1], torch.tensor(1.0))  # one float's last bit
+    assert eval_cache.weights_digest(model) != eval_cache.weights_digest(same)
+    assert eval_cache.weights_digest(model.to(torch.bfloat16)) != eval_cache.weights_digest(same)

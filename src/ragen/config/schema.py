@@ -445,6 +445,12 @@ class TrainerConfig:
     """Also evaluate the starting policy before the first update (recorded in eval.jsonl
     at step -1, so a report sets the trained policy beside it); a resumed run does not
     repeat it."""
+    eval_before_cache: str = ""
+    """A folder where the evaluation before training is kept for later runs: a run whose
+    starting weights (their bytes), model, env and rollout settings, training seed and
+    evaluation settings all match a kept one reads its figures instead of playing the
+    episodes again (eval.jsonl names the run that played them). Empty: off. `ragen study`
+    sets it to OUT/eval-before. One process only: under torchrun every run evaluates."""
     eval_episodes: int = opt(256, ge=1, le=MAX_EVAL_EPISODES)
     """Fixed seeds per evaluation."""
     eval_k: int = opt(1, ge=1, le=MAX_EVAL_EPISODES)

@@ -51,7 +51,9 @@ SCALES = ("cpu", "paper")
 DEFAULT_SCALE = "cpu"
 WARM_START = "warm-start"
 """Folder of a scale's warm-start runs (OUT/warm-start/seed-K)."""
-RESERVED_NAMES = frozenset({"report", WARM_START})
+EVAL_BEFORE = "eval-before"
+"""Folder of the evaluations before training the study's runs share (OUT/eval-before)."""
+RESERVED_NAMES = frozenset({"report", WARM_START, EVAL_BEFORE})
 """Names a run may not take: the study's own output folders."""
 TRAIN, SFT = "train", "sft"
 """The commands a study runs: its runs, and their warm start."""
@@ -166,16 +168,23 @@ class PlannedRun:
     warm_from: Path | None = None
     """The warm start's last checkpoint, the run's model.spec when it launches (it does not
     exist before then, so the run's settings are judged with the model it fine-tunes)."""
+    eval_cache: Path | None = None
+    """The study's folder of kept evaluations before training (trainer.eval_before_cache):
+    the runs that start from the same weights with the same evaluation play it once."""
 
     @property
     def label(self) -> str:
         return f"{self.name} seed {self.seed}"
 
     def launch_overrides(self) -> tuple[str, ...]:
-        """The overrides the run launches with: its own, then its warm start's checkpoint."""
-        if self.warm_from is None:
-            return self.overrides
-        return (*self.overrides, f"model.spec={self.warm_from}")
+        """The overrides the run launches with: its own, then its warm start's checkpoint
+        and the study's evaluation cache."""
+        launch = self.overrides
+        if self.warm_from is not None:
+            launch = (*launch, f"model.spec={self.warm_from}")
+        if self.eval_cache is not None:
+            launch = (*launch, f"trainer.eval_before_cache={self.eval_cache}")
+        return launch
 
 
 def study_dir() -> Path:
@@ -393,6 +402,7 @@ def plan(
                     overrides=settings,
                     root=out / run.name / f"seed-{seed}",
                     warm_from=warm_from,
+                    eval_cache=out / EVAL_BEFORE,
                 )
             )
     return planned

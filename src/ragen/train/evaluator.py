@@ -107,6 +107,17 @@ def _format_cost(cost: dict) -> str:
     )
 
 
+HEADLINE = (
+    "success",
+    "pass_at_k",
+    "reward_mean",
+    "format_ok",
+    "turns_mean",
+    "action_template_share",
+)
+"""The figures of a summary a trainer's evaluation logs as ``eval/<env>/<figure>`` metrics."""
+
+
 @dataclass(frozen=True)
 class EvalRequest:
     """What to evaluate: ``n`` fixed seeds of ``env`` from ``split``, ``k`` tries each, at

@@ -32,7 +32,8 @@ from ragen.run.metrics_logger import MetricsLogger
 from ragen.run.rundir import BEFORE_TRAINING, RunDir
 from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.distributed import say
-from ragen.train.evaluator import EvalRequest, evaluate
+from ragen.train.eval_cache import REUSED_FROM, EvalCache, eval_key, weights_digest
+from ragen.train.evaluator import HEADLINE, EvalRequest, evaluate
 from ragen.train.generation_weights import COPYING_BACKENDS, GenerationWeights
 from ragen.train.resume import check_visible, resume
 from ragen.train.schedule import set_learning_rates
@@ -100,6 +101,7 @@ class RunLoop:
         self.state = RunState()
         self.start_step = 0
         self.started = time.monotonic()  # max_minutes counts from here; train() restarts it
+        self.weights: str | None = None  # the starting policy's digest, for eval_before_cache
 
     @property
     def steps(self) -> int:
@@ -217,22 +219,41 @@ class RunLoop:
                 temperature=t.eval_temperature,
                 split=t.eval_split,
             )
-            with fsdp.full_weights(trainer.m.policy):  # the seeds are shared unevenly
-                summary, _ = evaluate(
-                    trainer.generator, trainer.m.tokenizer, self.config, request, progress=False
-                )
+            summary = self.summarize(request, step)
             if distributed.is_main():
                 with self.run.writing(self.run.evals):
                     append_jsonl(self.run.evals, [{"step": step, **summary}])
-            figures = ("success", "pass_at_k", "reward_mean", "format_ok", "turns_mean")
-            for key in (*figures, "action_template_share"):
+            for key in HEADLINE:
                 metrics[f"eval/{env}/{key}"] = summary[key]
             when = "before training" if step == BEFORE_TRAINING else f"step {step}"
+            reused = f", kept by {summary[REUSED_FROM]}" if REUSED_FROM in summary else ""
             say(
                 f"[{when}] eval {env}: success {summary['success']:.1%}, format-ok "
-                f"{summary['format_ok']:.1%} ({request.n} seeds, T={request.temperature:g})"
+                f"{summary['format_ok']:.1%} ({request.n} seeds, T={request.temperature:g}"
+                f"{reused})"
             )
         return metrics
+
+    def summarize(self, request: EvalRequest, step: int) -> dict:
+        """The summary of ``request`` for the policy after ``step``: played, or before
+        training read from ``trainer.eval_before_cache`` where a run kept it (and kept there
+        for the next run when not)."""
+        folder = self.config.trainer.eval_before_cache
+        cached = step == BEFORE_TRAINING and bool(folder) and distributed.world_size() == 1
+        if cached:
+            if self.weights is None:
+                self.weights = weights_digest(self.trainer.m.policy)
+            cache, key = EvalCache(Path(folder)), eval_key(self.config, request, self.weights)
+            if (kept := cache.get(key)) is not None:
+                return kept
+        trainer = self.trainer
+        with fsdp.full_weights(trainer.m.policy):  # the seeds are shared unevenly
+            summary, _ = evaluate(
+                trainer.generator, trainer.m.tokenizer, self.config, request, progress=False
+            )
+        if cached and (failed := cache.put(key, summary, self.run.root)) is not None:
+            say(f"eval {request.env}: not kept in {folder} ({failed}); later runs play it again")
+        return summary
 
     # ------------------------------------------------------------------------ the monitor
 

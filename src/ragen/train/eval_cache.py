@@ -1,0 +1,101 @@
+"""The evaluation before training, kept and reused (``trainer.eval_before_cache``).
+
+Runs that start from the same weights and evaluate them with the same settings play the same
+episodes before their first update: the runs of a study that share a warm start, or that all
+start from the embedded model. The first such run keeps its summary in a folder; the next
+finds it by a key of everything the figures depend on and reads it instead of playing the
+episodes again (about 15 minutes for 256 lakes on this CPU).
+
+The key holds the starting weights themselves (a digest of every tensor's bytes, so a warm
+start redone, or a LoRA adapter, is a new key), the model, env and rollout sections of the
+config, the training seed (it seeds the evaluation's sampling), the request (env, seeds,
+tries, temperature, split), and the versions of ragen and torch. A kept summary whose key
+differs in anything is not used. A file that cannot be read is ignored (the run evaluates and
+writes it again), and one that cannot be written is reported and skipped: the cache only saves
+time, it never stops a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ragen import __version__
+from ragen.config import Config, to_dict
+from ragen.run.jsonl import write_atomic
+from ragen.train.evaluator import HEADLINE, EvalRequest
+
+REUSED_FROM = "reused_from"
+"""The field of a reused summary naming the run that played its episodes."""
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """BLAKE2b of ``model``'s state: each tensor's name, dtype, shape and bytes, in
+    ``state_dict`` order (about a second for 135M float32 parameters)."""
+    digest = hashlib.blake2b(digest_size=32)
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def eval_key(config: Config, request: EvalRequest, weights: str) -> dict:
+    """Everything the figures of ``request`` depend on, for a policy with ``weights`` (its
+    ``weights_digest``)."""
+    c = to_dict(config)
+    return {
+        "ragen": __version__,
+        "torch": torch.__version__,
+        "weights": weights,
+        "seed": config.trainer.seed,
+        "request": asdict(request),
+        **{section: c[section] for section in ("model", "env", "rollout")},
+    }
+
+
+class EvalCache:
+    """A folder of kept summaries, one JSON file a key: ``{"key": …, "summary": …}``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def path(self, key: dict) -> Path:
+        text = json.dumps(key, sort_keys=True, default=str)
+        return self.folder / f"{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}.json"
+
+    def get(self, key: dict) -> dict | None:
+        """The summary kept for ``key``, or None: none kept, one kept for another key (the
+        file name is a short hash), or a file that is not a kept summary."""
+        try:
+            kept = json.loads(self.path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(kept, dict) or _canonical(kept.get("key")) != _canonical(key):
+            return None
+        summary = kept.get("summary")
+        if not isinstance(summary, dict) or not all(
+            isinstance(summary.get(k), int | float) for k in HEADLINE
+        ):
+            return None
+        return summary
+
+    def put(self, key: dict, summary: dict, source: Path) -> str | None:
+        """Keep ``summary`` for ``key``, naming ``source`` (the run that played it); returns
+        why it could not be written, or None."""
+        kept = {"key": key, "summary": {**summary, REUSED_FROM: str(source)}}
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path(key), json.dumps(kept, indent=1, default=str) + "\n")
+        except OSError as err:
+            return f"{type(err).__name__}: {err}"
+        return None
+
+
+def _canonical(key: object) -> str:
+    """``key`` as it reads back from JSON, so a key compares equal to its own file's."""
+    return json.dumps(json.loads(json.dumps(key, default=str)), sort_keys=True)
