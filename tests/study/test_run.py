@@ -183,6 +183,43 @@ def test_a_changed_plan_or_another_study_is_refused_before_anything_runs(tmp_pat
     assert calls == [("keep-all", False)]
 
 
+def test_a_preset_that_changed_under_a_recorded_run_is_refused(tmp_path, study_file):
+    # The same preset and overrides, but the preset file now gives other values: the runs
+    # left would train otherwise than the recorded ones, so the study refuses to mix them.
+    preset = tmp_path / "mine.yaml"
+    preset.write_text("extends: bandit\nalgo: {kl_coef: 0.0, clip_high: 0.2}\n")
+    study_file.write_text(STUDY.replace("preset: bandit", f"preset: {preset}"))
+    out = tmp_path / "out"
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)
+    calls = []
+    runner.run_all(planned[:1], out, study="tiny", scale="cpu", launch=in_process(calls))
+    recorded = json.loads((out / runner.STATE_FILE).read_text())["runs"]["keep-all/seed-0"]
+    assert recorded["settings"]["algo.kl_coef"] == 0.0
+    assert (
+        recorded["settings"]["algo.filter_ratio"] == 1.0 and "trainer.seed" in recorded["settings"]
+    )
+    runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process(calls))  # unchanged
+    assert calls == [("keep-all", False), ("keep-half", False)]
+    preset.write_text("extends: bandit\nalgo: {kl_coef: 0.01, clip_high: 0.3}\n")
+    replanned = spec.plan(spec.load_study(str(study_file)), "cpu", 2, out)
+    with pytest.raises(runner.StudyError) as refused:
+        runner.run_all(replanned, out, study="tiny", scale="cpu", launch=in_process(calls))
+    assert str(refused.value) == (
+        f"{out / 'keep-all' / 'seed-0'} was run with settings that {str(preset)!r} and its "
+        "overrides no longer give: algo.clip_high 0.2 → 0.3, algo.kl_coef 0.0 → 0.01 (the "
+        "preset or ragen's defaults changed since): undo that change, or run the study in a "
+        "new --out"
+    )
+    assert len(calls) == 2  # refused before anything ran: seed 1 would have mixed them
+    # a record from a ragen that kept no settings is judged by its preset and overrides only
+    state = json.loads((out / runner.STATE_FILE).read_text())
+    for entry in state["runs"].values():
+        del entry["settings"]
+    (out / runner.STATE_FILE).write_text(json.dumps(state))
+    runner.run_all(replanned, out, study="tiny", scale="cpu", launch=in_process(calls))
+    assert calls[2:] == [("keep-all", False), ("keep-half", False)]  # seed 1's
+
+
 @pytest.mark.parametrize("text", ['{"study": "tiny", "scale": "cpu", "runs": [1]}', "{not json"])
 def test_a_damaged_study_record_is_refused_not_overwritten(tmp_path, study_file, text):
     out = tmp_path / "out"

@@ -6,7 +6,9 @@ checkpoint (`ragen train --resume`), and starts the rest; a run folder left with
 checkpoint is moved aside (``seed-K.incomplete-N``), never deleted, and a folder that a
 live process still writes (its ``.lock`` held) is neither moved nor resumed. The settings
 of every recorded run must be the ones the study asks for now, or the study refuses: its
-figures would otherwise mix two configurations.
+figures would otherwise mix two configurations. That holds for the values as well as the
+words: each run records every setting its preset and overrides resolved to when it started,
+so a preset file or a default of ragen changed under a study stops it before the next seed.
 
 A finished run's checkpoints are removed unless asked to keep them: the study reads only
 its logs, and at CPU scale one run's checkpoints (model, critic and their optimiser states)
@@ -149,7 +151,10 @@ class StudyState:
         self.data = saved
 
     def check_settings(self, run: PlannedRun) -> None:
-        """Refuse a run recorded with other settings than the study gives it now."""
+        """Refuse a run recorded with other settings than the study gives it now: another
+        preset or overrides, or the same ones resolving to other values (the preset file or
+        ragen's defaults changed since it started). A setting that one side lacks (a key
+        ragen added or removed since) is not compared."""
         saved = self.data["runs"].get(_key(run))
         if saved is None:
             return
@@ -160,6 +165,19 @@ class StudyState:
                 f"{run.root} was run with {recorded}, but the study now asks for {asked}: "
                 "undo the change to the study file, or run it in a new --out"
             )
+        before = saved.get("settings")
+        if not isinstance(before, dict):
+            return  # recorded by a ragen that did not keep the settings
+        now = _as_json(run.settings())
+        changed = [key for key in now if key in before and before[key] != now[key]]
+        if changed:
+            shown = ", ".join(f"{k} {before[k]!r} → {now[k]!r}" for k in changed[:MAX_SHOWN])
+            more = f" and {len(changed) - MAX_SHOWN} more" if len(changed) > MAX_SHOWN else ""
+            raise StudyError(
+                f"{run.root} was run with settings that {run.preset!r} and its overrides no "
+                f"longer give: {shown}{more} (the preset or ragen's defaults changed since): "
+                "undo that change, or run the study in a new --out"
+            )
 
     def is_done(self, run: PlannedRun) -> bool:
         return self.data["runs"].get(_key(run), {}).get("status") == "done"
@@ -168,12 +186,26 @@ class StudyState:
         return self.data["runs"].get(_key(run), {}).get("minutes")
 
     def mark(self, run: PlannedRun, status: str, **extra) -> None:
-        entry = self.data["runs"].setdefault(
-            _key(run), {"preset": run.preset, "overrides": list(run.overrides), "minutes": 0.0}
-        )
+        if _key(run) not in self.data["runs"]:
+            self.data["runs"][_key(run)] = {
+                "preset": run.preset,
+                "overrides": list(run.overrides),
+                "minutes": 0.0,
+                "settings": _as_json(run.settings()),
+            }
+        entry = self.data["runs"][_key(run)]
         entry.update(status=status, at=datetime.now(UTC).isoformat(timespec="seconds"), **extra)
         with RunDir(self.path.parent).writing(self.path, then=AGAIN):
             write_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
+
+
+MAX_SHOWN = 5
+"""Changed settings a refusal names (then how many more)."""
+
+
+def _as_json(settings: dict) -> dict:
+    """``settings`` as study.json gives them back (tuples as lists, paths as text)."""
+    return json.loads(json.dumps(settings, default=str))
 
 
 def set_aside(root: Path) -> Path:

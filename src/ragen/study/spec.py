@@ -38,9 +38,10 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from ragen import config
-from ragen.config import ConfigError
+from ragen.config import ConfigError, to_dict
 from ragen.config.schema import opt
 from ragen.run.rundir import RunDir
 from ragen.train.preflight import check_references
@@ -175,6 +176,12 @@ class PlannedRun:
     @property
     def label(self) -> str:
         return f"{self.name} seed {self.seed}"
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting of the run as the study plans it (its preset with its overrides,
+        before launch adds the warm start's checkpoint), by dotted key: what the study
+        records, so that a preset or a default changed since cannot slip into its table."""
+        return flat_settings(to_dict(config.load(self.preset, list(self.overrides))))
 
     def launch_overrides(self) -> tuple[str, ...]:
         """The overrides the run launches with: its own, then its warm start's checkpoint
@@ -329,6 +336,17 @@ def _check_expectations(expect: list[Expectation], runs: set[str]) -> None:
         for name in (want.higher, want.lower):
             if name.removesuffix(START) not in runs:
                 raise ConfigError(f"expect names {name!r}, which is no run of the study")
+
+
+def flat_settings(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """A nested config mapping as ``{"algo.kl_coef": 0.0, "env.options.spaced": True, …}``."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def check_planned(planned: list[PlannedRun], scale: str) -> None:
