@@ -50,3 +50,22 @@ def test_total_memory_is_memtotal(tmp_path):
 def test_without_a_readable_memtotal_the_physical_pages_are_used(tmp_path):
     pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert memory.total_memory(tmp_path / "missing") == pages
+
+
+@pytest.mark.skipif(not memory.STATUS.is_file(), reason="no /proc")
+def test_the_peak_rss_sees_a_passing_allocation_and_starts_over_on_reset():
+    assert memory.reset_peak_rss()
+    start = memory.peak_rss()
+    assert start is not None and start >= _rss() - 2**20
+    block = bytearray(300 * 2**20)  # zeroed: every page touched
+    del block  # returned to the system at once (mmap): the RSS falls back, the peak stays
+    assert memory.peak_rss() - start > 290 * 2**20 and _rss() - start < 50 * 2**20
+    assert memory.reset_peak_rss()
+    assert memory.peak_rss() - start < 50 * 2**20
+
+
+def test_without_proc_the_peak_rss_is_unknown(tmp_path):
+    assert memory.peak_rss(tmp_path / "missing") is None
+    assert not memory.reset_peak_rss(tmp_path / "missing-dir" / "clear_refs")
+    (tmp_path / "status").write_text("VmHWM: 2048 kB\n")
+    assert memory.peak_rss(tmp_path / "status") == 2 * 2**20

@@ -86,9 +86,14 @@ def test_training_changes_weights_and_writes_the_run(two_steps):
         "time/update_s",
         "perf/train_tokens_per_s",
         "perf/threads",
+        "perf/rollout_peak_rss_gib",
+        "perf/update_peak_rss_gib",
         "rollout/end_truncated_reply_length",
     ):
         assert key in records[0], key
+    # the process's peak memory in each phase: at least the float32 policy it holds
+    size = sum(t.numel() * t.element_size() for t in after.values()) / 2**30
+    assert records[0]["perf/update_peak_rss_gib"] > size
     assert records[0]["filter/kept_groups"] == 2  # ceil(4 groups × 0.5)
     episodes = read_jsonl(run.trajectory_file(1)).records
     assert len(episodes) == 8 and {"env", "group", "seed", "turns"} <= set(episodes[0])

@@ -77,3 +77,30 @@ def trim_heap() -> bool:
     """Return the heap's free pages to the system (glibc); True when some were returned."""
     trim = _malloc_trim()
     return bool(trim(0)) if trim is not None else False
+
+
+STATUS = Path("/proc/self/status")
+CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def peak_rss(status: Path = STATUS) -> int | None:
+    """Bytes of this process's peak resident memory (Linux's ``VmHWM``: everything it held
+    at once, the models included) since it started or since ``reset_peak_rss``; None where
+    Linux's /proc cannot say."""
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB (KiB)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_peak_rss(clear_refs: Path = CLEAR_REFS) -> bool:
+    """Start ``peak_rss`` over from the memory held now (``5`` to ``clear_refs``, Linux 4.0
+    on, which changes nothing else); False where it cannot."""
+    try:
+        clear_refs.write_text("5")
+    except OSError:
+        return False
+    return True

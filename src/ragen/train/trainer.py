@@ -34,7 +34,7 @@ from ragen.algos import (
 )
 from ragen.algos.gigpo import anchor_ids
 from ragen.config import ROW_BY_ROW, AlgoConfig, Config
-from ragen.host.memory import trim_heap
+from ragen.host.memory import peak_rss, reset_peak_rss, trim_heap
 from ragen.monitor.metrics import diversity_metrics, rollout_metrics
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.samples import TurnSamples
@@ -53,6 +53,14 @@ def step_env_seeds(seed: int, step: int, groups: int) -> list[int]:
     """The initial-state seeds of a training step: fresh each step, below the eval seeds."""
     rng = np.random.default_rng([seed, step])
     return [int(s) for s in rng.integers(0, EVAL_SEED_BASE, size=groups)]
+
+
+def _peak_rss_metric(phase: str) -> dict[str, float]:
+    """``perf/<phase>_peak_rss_gib``: the most host memory the process held at once during a
+    step's ``phase`` (rollout or update), the models and optimiser states included; nothing
+    where Linux's /proc cannot say."""
+    peak = peak_rss()
+    return {} if peak is None else {f"perf/{phase}_peak_rss_gib": peak / 2**30}
 
 
 def batch_advantages(
@@ -139,9 +147,13 @@ class Trainer:
         played. ``state``: the run's rollbacks (learning rates, filter) and stop counters."""
         metrics: dict[str, float] = {}
         phases.drain()  # what ran between steps (an evaluation, a checkpoint) is not a phase
+        watching = reset_peak_rss()
         started = time.perf_counter()
         trajectories = self.collect(step)
         metrics["time/rollout_s"] = time.perf_counter() - started
+        if watching:
+            metrics.update(_peak_rss_metric("rollout"))
+            reset_peak_rss()
         metrics["perf/threads"] = float(torch.get_num_threads())  # what the step's time ran on
         metrics.update(rollout_metrics(trajectories))
         metrics.update(diversity_metrics(trajectories))
@@ -161,6 +173,8 @@ class Trainer:
             metrics["perf/train_tokens_per_s"] = float(data.attention_mask.sum()) / max(
                 metrics["time/update_s"], 1e-9
             )
+            if watching:
+                metrics.update(_peak_rss_metric("update"))
         else:
             metrics.update(self.skip_update(step, state))
         metrics.update({phases.metric(name): s for name, s in phases.drain().items()})
