@@ -9,10 +9,11 @@ episodes again (about 15 minutes for 256 lakes on this CPU).
 The key holds the starting weights themselves (a digest of every tensor's bytes, so a warm
 start redone, or a LoRA adapter, is a new key), the model, env and rollout sections of the
 config, the training seed (it seeds the evaluation's sampling), the request (env, seeds,
-tries, temperature, split), and the versions of ragen and torch. A kept summary whose key
-differs in anything is not used. A file that cannot be read is ignored (the run evaluates and
-writes it again), and one that cannot be written is reported and skipped: the cache only saves
-time, it never stops a run.
+tries, temperature, split), and torch's version. A kept summary whose key differs in
+anything is not used. ragen's own code is not in the key: a study continued after an
+upgrade that changes how episodes play belongs in a new folder. A file that cannot be read
+is ignored (the run evaluates and writes it again), and one that cannot be written is
+reported and skipped: the cache only saves time, it never stops a run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pathlib import Path
 
 import torch
 
-from ragen import __version__
 from ragen.config import Config, to_dict
 from ragen.run.jsonl import write_atomic
 from ragen.train.evaluator import HEADLINE, EvalRequest
@@ -49,7 +49,6 @@ def eval_key(config: Config, request: EvalRequest, weights: str) -> dict:
     ``weights_digest``)."""
     c = to_dict(config)
     return {
-        "ragen": __version__,
         "torch": torch.__version__,
         "weights": weights,
         "seed": config.trainer.seed,
