@@ -4,7 +4,7 @@ Runs that start from the same weights and evaluate them with the same settings p
 episodes before their first update: the runs of a study that share a warm start, or that all
 start from the embedded model. The first such run keeps its summary in a folder; the next
 finds it by a key of everything the figures depend on and reads it instead of playing the
-episodes again (about 15 minutes for 256 lakes on this CPU).
+episodes again.
 
 The key holds the starting weights themselves (a digest of every tensor's bytes, so a warm
 start redone, or a LoRA adapter, is a new key), the model, env and rollout sections of the
@@ -35,7 +35,7 @@ REUSED_FROM = "reused_from"
 
 def weights_digest(model: torch.nn.Module) -> str:
     """BLAKE2b of ``model``'s state: each tensor's name, dtype, shape and bytes, in
-    ``state_dict`` order (about a second for 135M float32 parameters)."""
+    ``state_dict`` order."""
     digest = hashlib.blake2b(digest_size=32)
     for name, tensor in model.state_dict().items():
         t = tensor.detach().cpu().contiguous()

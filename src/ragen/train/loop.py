@@ -101,7 +101,6 @@ class RunLoop:
         self.state = RunState()
         self.start_step = 0
         self.started = time.monotonic()  # max_minutes counts from here; train() restarts it
-        self.weights: str | None = None  # the starting policy's digest, for eval_before_cache
 
     @property
     def steps(self) -> int:
@@ -211,6 +210,11 @@ class RunLoop:
         t, trainer = self.config.trainer, self.trainer
         metrics = {}
         trainer.sampler.refresh()
+        # the starting policy's digest, read once for every env, where a cache may hold it
+        cacheable = (
+            step == BEFORE_TRAINING and t.eval_before_cache and distributed.world_size() == 1
+        )
+        weights = weights_digest(trainer.m.policy) if cacheable else None
         for env in self.config.env.eval_names or [self.config.env.name]:
             request = EvalRequest(
                 env=env,
@@ -219,7 +223,7 @@ class RunLoop:
                 temperature=t.eval_temperature,
                 split=t.eval_split,
             )
-            summary = self.summarize(request, step)
+            summary = self.summarize(request, weights)
             if distributed.is_main():
                 with self.run.writing(self.run.evals):
                     append_jsonl(self.run.evals, [{"step": step, **summary}])
@@ -234,16 +238,13 @@ class RunLoop:
             )
         return metrics
 
-    def summarize(self, request: EvalRequest, step: int) -> dict:
-        """The summary of ``request`` for the policy after ``step``: played, or before
-        training read from ``trainer.eval_before_cache`` where a run kept it (and kept there
+    def summarize(self, request: EvalRequest, weights: str | None) -> dict:
+        """The summary of ``request``: played, or, given the starting policy's ``weights``
+        digest, read from ``trainer.eval_before_cache`` where a run kept it (and kept there
         for the next run when not)."""
         folder = self.config.trainer.eval_before_cache
-        cached = step == BEFORE_TRAINING and bool(folder) and distributed.world_size() == 1
-        if cached:
-            if self.weights is None:
-                self.weights = weights_digest(self.trainer.m.policy)
-            cache, key = EvalCache(Path(folder)), eval_key(self.config, request, self.weights)
+        if weights is not None:
+            cache, key = EvalCache(Path(folder)), eval_key(self.config, request, weights)
             if (kept := cache.get(key)) is not None:
                 return kept
         trainer = self.trainer
@@ -251,7 +252,7 @@ class RunLoop:
             summary, _ = evaluate(
                 trainer.generator, trainer.m.tokenizer, self.config, request, progress=False
             )
-        if cached and (failed := cache.put(key, summary, self.run.root)) is not None:
+        if weights is not None and (failed := cache.put(key, summary, self.run.root)) is not None:
             say(f"eval {request.env}: not kept in {folder} ({failed}); later runs play it again")
         return summary
 
