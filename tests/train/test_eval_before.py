@@ -14,7 +14,7 @@ from ragen.report.summary import story
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import BEFORE_TRAINING, RunDir, create_run_dir
 from ragen.train import eval_cache, loop
-from ragen.train.evaluator import evaluate
+from ragen.train.evaluator import EvalRequest, evaluate
 from ragen.train.loop import RunLoop
 from ragen.train.trainer import Trainer
 
@@ -160,3 +160,37 @@ def test_the_weights_digest_reads_every_byte():
         same.bias[1] = torch.nextafter(same.bias[1], torch.tensor(1.0))  # one float's last bit
     assert eval_cache.weights_digest(model) != eval_cache.weights_digest(same)
     assert eval_cache.weights_digest(model.to(torch.bfloat16)) != eval_cache.weights_digest(same)
+
+
+def test_the_key_holds_what_the_evaluation_plays_by_and_not_what_only_training_reads():
+    request = EvalRequest(env="bandit", n=2)
+    base = config.load("bandit", TINY_BANDIT)
+    key = eval_cache.eval_key(base, request, "w")
+    # P, N, the training temperature, reward placement, reuse_k: the same evaluation
+    trained_only = config.load(
+        "bandit",
+        [
+            *TINY_BANDIT,
+            "rollout.groups=3",
+            "rollout.group_size=5",
+            "rollout.temperature=0.3",
+            "algo.estimator=gigpo",
+            "rollout.reward_placement=per_turn",
+            "rollout.reuse_k=2",
+        ],
+    )
+    assert eval_cache.eval_key(trained_only, request, "w") == key
+    # what the episodes play by, the engine, the weights and the request: each a new key
+    for change in (
+        "rollout.max_reply_tokens=33",
+        "rollout.top_p=0.9",
+        "rollout.think=false",
+        "rollout.demos=1",
+        "rollout.context_window=single_turn",
+        "rollout.backend=naive",
+        "env.options.low_payoff=0.2",
+    ):
+        changed = config.load("bandit", [*TINY_BANDIT, change])
+        assert eval_cache.eval_key(changed, request, "w") != key, change
+    assert eval_cache.eval_key(base, request, "v") != key
+    assert eval_cache.eval_key(base, EvalRequest(env="bandit", n=2, temperature=0.7), "w") != key

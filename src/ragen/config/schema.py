@@ -447,10 +447,12 @@ class TrainerConfig:
     repeat it."""
     eval_before_cache: str = ""
     """A folder where the evaluation before training is kept for later runs: a run whose
-    starting weights (their bytes), model, env and rollout settings, training seed and
-    evaluation settings all match a kept one reads its figures instead of playing the
-    episodes again (eval.jsonl names the run that played them). Empty: off. `ragen study`
-    sets it to OUT/eval-before. One process only: under torchrun every run evaluates."""
+    starting weights (their bytes), model and env settings, the rollout settings an
+    evaluation plays by (not P, N, the training temperature, reward_placement or reuse_k),
+    training seed and evaluation settings all match a kept one reads its figures instead of
+    playing the episodes again (eval.jsonl names the run that played them). Empty: off.
+    `ragen study` sets it to OUT/eval-before. One process only: under torchrun every run
+    evaluates."""
     eval_episodes: int = opt(256, ge=1, le=MAX_EVAL_EPISODES)
     """Fixed seeds per evaluation."""
     eval_k: int = opt(1, ge=1, le=MAX_EVAL_EPISODES)

@@ -7,9 +7,11 @@ finds it by a key of everything the figures depend on and reads it instead of pl
 episodes again.
 
 The key holds the starting weights themselves (a digest of every tensor's bytes, so a warm
-start redone, or a LoRA adapter, is a new key), the model, env and rollout sections of the
-config, the training seed (it seeds the evaluation's sampling), the request (env, seeds,
-tries, temperature, split), and torch's version. A kept summary whose key differs in
+start redone, or a LoRA adapter, is a new key), the model and env sections of the config,
+the rollout settings the evaluation plays by (`evaluator.eval_spec` and the engine; not those
+only training reads: P, N, the training temperature, where rewards are placed, reuse_k), the
+training seed (it seeds the evaluation's sampling), the request (env, seeds, tries,
+temperature, split), and torch's version. A kept summary whose key differs in
 anything is not used. ragen's own code is not in the key: a study continued after an
 upgrade that changes how episodes play belongs in a new folder. A file that cannot be read
 is ignored (the run evaluates and writes it again), and one that cannot be written is
@@ -27,7 +29,7 @@ import torch
 
 from ragen.config import Config, to_dict
 from ragen.run.jsonl import write_atomic
-from ragen.train.evaluator import HEADLINE, EvalRequest
+from ragen.train.evaluator import HEADLINE, EvalRequest, eval_spec
 
 REUSED_FROM = "reused_from"
 """The field of a reused summary naming the run that played its episodes."""
@@ -46,14 +48,16 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 def eval_key(config: Config, request: EvalRequest, weights: str) -> dict:
     """Everything the figures of ``request`` depend on, for a policy with ``weights`` (its
-    ``weights_digest``)."""
+    ``weights_digest``): of the rollout section, what the evaluation plays by."""
     c = to_dict(config)
     return {
         "torch": torch.__version__,
         "weights": weights,
         "seed": config.trainer.seed,
         "request": asdict(request),
-        **{section: c[section] for section in ("model", "env", "rollout")},
+        "model": c["model"],
+        "env": c["env"],
+        "rollout": {**asdict(eval_spec(config, request)), "backend": config.rollout.backend},
     }
 
 

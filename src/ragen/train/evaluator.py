@@ -130,6 +130,12 @@ class EvalRequest:
     split: str = _TRAINER.eval_split
 
 
+def eval_spec(config: Config, request: EvalRequest) -> RolloutSpec:
+    """The rollout settings an evaluation plays by: the config's, at the request's
+    temperature."""
+    return RolloutSpec.from_config(config.rollout, temperature=request.temperature)
+
+
 def eval_wave(generator: Generator, spec: RolloutSpec, k: int, seeds: int) -> int:
     """How many of ``seeds`` an evaluation plays at once: all of them, unless the caches its
     generator keeps between turns (``k`` episodes a seed, up to the context limit each) would
@@ -146,7 +152,7 @@ def evaluate(
     """Roll out the evaluation and summarise it; the same request gives the same seeds.
     Under torchrun each rank plays its share of the seeds and every rank gets the summary
     of them all (the same as one process would)."""
-    spec = RolloutSpec.from_config(config.rollout, temperature=request.temperature)
+    spec = eval_spec(config, request)
     options = env_options(config, request.env)
     bar = tqdm(total=spec.max_turns, desc=f"eval {request.env}", unit="turn", disable=not progress)
 
