@@ -132,6 +132,43 @@ def test_a_killed_study_resumes_without_redoing_what_it_finished(tmp_path, study
     assert calls == []  # all done: nothing runs again
 
 
+def test_a_running_runs_minutes_reach_study_json_while_it_runs(tmp_path, study_file, monkeypatch):
+    # A study killed outright (the machine stopped) writes nothing at its end: what it ran
+    # counts only if study.json has it already.
+    monkeypatch.setattr(runner, "TICK_S", 0.01)
+    out = tmp_path / "out"
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)[:1]
+    seen = []
+
+    def run_then_watch(run, resume):
+        status = in_process([])(run, resume)  # the real run, then its ticks read back
+        for _ in range(500):
+            entry = json.loads((out / "study.json").read_text())["runs"]["keep-all/seed-0"]
+            if entry["minutes"] > 0:
+                seen.append(entry)
+                break
+            time.sleep(0.01)
+        return status
+
+    runner.run_all(planned, out, study="tiny", scale="cpu", launch=run_then_watch)
+    (ticked,) = seen
+    assert ticked["status"] == "running" and ticked["minutes"] > 0
+    done = json.loads((out / "study.json").read_text())["runs"]["keep-all/seed-0"]
+    assert done["status"] == "done" and done["minutes"] >= ticked["minutes"]
+
+
+def test_a_tick_that_fails_ends_the_ticking_and_not_the_body():
+    ticks = []
+
+    def tick():
+        ticks.append(len(ticks))
+        raise OSError("No space left on device")
+
+    with runner.ticking(tick, 0.001):
+        time.sleep(0.05)
+    assert ticks == [0]  # one failed tick, then none
+
+
 def test_keep_checkpoints_keeps_a_finished_runs_checkpoints(tmp_path, study_file):
     out = tmp_path / "out"
     planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)

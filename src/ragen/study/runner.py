@@ -30,10 +30,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from ragen.run.jsonl import write_atomic
@@ -253,12 +255,12 @@ def run_all(
                 say(f"{head}: about {left / 60:.1f} h left at the pace of the runs done")
             before = state.minutes(run) or 0.0
             state.mark(run, "running")
-            started = time.monotonic()
+            mark_time = partial(_mark_time, state, run, before, time.monotonic())
             try:
-                status = launch(run, resume)
+                with ticking(mark_time, TICK_S):
+                    status = launch(run, resume)
             finally:
-                minutes = before + (time.monotonic() - started) / 60
-                state.mark(run, "running", minutes=round(minutes, 2))
+                mark_time()
             if status != 0:
                 state.mark(run, "failed", exit_status=status)
                 raise StudyError(
@@ -270,6 +272,40 @@ def run_all(
             if not keep_checkpoints and run.command != SFT:  # the runs start from a warm start's
                 _drop_checkpoints(RunDir(run.root), say)
     return state
+
+
+def _mark_time(state: StudyState, run: PlannedRun, before: float, started: float) -> None:
+    """Record ``run``'s minutes so far: ``before`` (its earlier launches) and those since
+    ``started`` (a `time.monotonic` reading)."""
+    state.mark(run, "running", minutes=round(before + (time.monotonic() - started) / 60, 2))
+
+
+TICK_S = 60.0
+"""How often a running run's minutes are written to study.json while it runs, so that a
+study killed outright (the machine stopped, SIGKILL) still counts its time to within this."""
+
+
+@contextmanager
+def ticking(tick: Callable[[], None], every: float) -> Iterator[None]:
+    """Call ``tick`` every ``every`` seconds from a thread while the body runs; the thread is
+    joined before the body's exit goes on. A tick that raises ends the ticking (the caller's
+    own write after the body reports what failed)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            try:
+                tick()
+            except Exception:  # a full disk, say: the write after the body says so
+                return
+
+    thread = threading.Thread(target=loop, name="study-minutes", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def time_left(planned: list[PlannedRun], state: StudyState) -> float | None:
