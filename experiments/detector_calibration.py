@@ -6,7 +6,8 @@ hits, misses and false calls, for the CPU presets' settings, the schema defaults
 The runs: the two recorded Bandit metrics files and the runs read back from report plots in
 tests/monitor/data/ (its README.md says how), the stopped Sokoban runs in
 experiments/results/runs/, every result JSON that keeps a per-step record
-(`experiments.step_record`: learn.py and speedrun.py write one), and any ``--run`` folder.
+(`experiments.step_record`: learn.py and speedrun.py write one), the studies' RL runs whose
+logs are kept in experiments/results/study-*/, and any ``--run`` folder.
 Every recorded run played 32 episodes a step (8 groups of 4); a record that does not log
 rollout/episodes gets that count, which the detector's counts test reads.
 
@@ -107,7 +108,19 @@ def recorded_runs() -> list[Run]:
         runs.append(Run(name, run["preset"], f"{run['report']} (digitised)", records))
     for folder in sorted((RESULTS / "runs").iterdir()):
         runs.append(folder_run(folder))
-    return runs + result_runs()
+    return runs + result_runs() + study_runs()
+
+
+def study_runs() -> list[Run]:
+    """The RL runs of the studies whose logs are kept (``study-*/RUN/seed-K``, as `ragen
+    study` lays them out), named by that path; a warm start (an SFT run: no rollout success)
+    is not one."""
+    runs = []
+    for folder in sorted(RESULTS.glob("study-*/*/seed-*")):
+        run = folder_run(folder)
+        if any(names.SUCCESS in r for r in run.records):
+            runs.append(dataclasses.replace(run, name=str(folder.relative_to(RESULTS))))
+    return runs
 
 
 def folder_run(folder: Path) -> Run:
