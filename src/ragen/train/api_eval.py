@@ -142,10 +142,9 @@ def evaluate_api(
 
     from ragen.config import env_options
     from ragen.rollout.api_loop import api_rollout
-    from ragen.rollout.loop import RolloutSpec
-    from ragen.train.evaluator import eval_seeds, summarize
+    from ragen.train.evaluator import eval_seeds, eval_spec, summarize
 
-    spec = RolloutSpec.from_config(config.rollout, temperature=request.temperature)
+    spec = eval_spec(config, request)
     seeds = eval_seeds(request.n, request.split)
     bar = tqdm(
         total=len(seeds) * request.k,
