@@ -1,6 +1,6 @@
 # Second call: the GPU checklist (../shared/GPU.md), each step under its own time limit.
 #   bash tools/device/check.sh [STEP...]
-# steps: tests profile sokoban bench paper lora speedrun base51 suite (default: tests speedrun paper)
+# steps: tests profile sokoban bench paper lora speedrun pushfirst sokcoord base51 suite (default: tests speedrun paper)
 set -u
 START=$(date +%s)
 since() { echo "$(( $(date +%s) - START )) s"; }
@@ -53,6 +53,28 @@ speedrun() {  # the frozen-lake ranked recipe (docs/performance.md) on the GPU: 
     -exec cp {} $OUT/ \;
   cp /tmp/sr/seed-0/speedrun.json $OUT/speedrun_seed0.json 2>/dev/null
   cat /tmp/sr/speedrun.log /tmp/sr/seed-0/speedrun.log > $OUT/speedrun.log 2>/dev/null
+}
+# Sokoban levers (issue 49) screened at the CPU seed 0's step count (829 `ragen sft` steps in
+# its 60 minutes), not its minutes: a GPU step costs a GPU's time, so equal steps is the fair
+# screen. Seed 0 of the push recipe on the CPU: 67.2% on the test rooms (docs/performance.md).
+SOKOBAN_PUSH="env.options.spaced=true 'env.eval_names=[sokoban]' rollout.max_turns=10
+  rollout.max_actions_per_turn=1 rollout.max_actions_per_episode=10 rollout.demos=0
+  rollout.max_reply_tokens=80 sft.dialogues=1 sft.micro_batch_size=1 sft.lr=1e-4 sft.steps=829"
+sokoban_screen() {  # NAME OVERRIDES...
+  name=$1; shift; touch /tmp/$name.start
+  eval timeout $(( 580 - ($(date +%s) - START) )) python3 -m experiments.speedrun sokoban \
+    --budget 15 --warmup 15 --seeds 1 --dev-n 32 --test-n 256 --threads 8 --name $name \
+    --out /tmp/$name $SOKOBAN_PUSH "$@" trainer.device=cuda 2>&1 | grep -v Loading | tail -6
+  find experiments/results docs/speedrun -name "*$name*" -newer /tmp/$name.start -exec cp {} $OUT/ \;
+  cat /tmp/$name/speedrun.log /tmp/$name/seed-0/speedrun.log > $OUT/$name.log 2>/dev/null
+}
+pushfirst() {  # the push expert that pushes along the offset its line names first
+  sokoban_screen sokoban-push-first-gpu env.options.offsets=true rollout.max_context_tokens=2400 \
+    sft.sokoban_expert=push_first
+}
+sokcoord() {  # RAGEN-2's coordinate block in place of the offsets line (CoordSokoban)
+  sokoban_screen sokoban-coord-gpu env.options.offsets=false env.options.coord=true \
+    rollout.max_context_tokens=3600 sft.sokoban_expert=push
 }
 bench() {
   timeout 120 python3 benchmarks/rollout.py --device cuda --out $OUT/rollout_cuda.json 2>&1 | tail -4
