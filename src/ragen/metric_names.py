@@ -33,6 +33,9 @@ ACTION_TEMPLATE_SHARE = "diversity/action_template_share"
 # filter/… : what the uncertainty filter kept (ragen.algos.filtering.select_groups)
 KEPT_GROUPS = "filter/kept_groups"
 
+# perf/… : what the step cost (ragen.train.trainer)
+MEMORY_CUTS = "perf/memory_cuts"
+
 # actor/… : the policy update (ragen.train.update)
 ENTROPY = "actor/entropy"
 GRAD_NORM = "actor/grad_norm"

@@ -95,6 +95,19 @@ def test_summary_without_evaluation_or_alerts(tmp_path):
     )
 
 
+def test_the_summary_names_the_steps_and_evaluations_free_memory_cut(tmp_path):
+    records = [
+        {"step": s, "rollout/success": 0.5, "perf/memory_cuts": [0, 2, 0, 1][s]} for s in range(4)
+    ]
+    run = _run(tmp_path, "short", records)
+    cost = {"prefill_s": 1.0, "memory_cuts": 3}
+    append_jsonl(run.evals, [{"step": 3, "env": "sokoban", "success": 0.5, "cost": cost}])
+    text = summary_markdown([load_run(run.root)])
+    assert "free memory cut the decode batches of 2 step(s) and 1 evaluation(s)" in text
+    calm = _run(tmp_path, "calm", [{"step": 0, "rollout/success": 0.5, "perf/memory_cuts": 0}])
+    assert "free memory" not in summary_markdown([load_run(calm.root)])
+
+
 def test_a_warning_after_the_collapse_has_no_lead_time():
     row = RunSummary("r", "x", None, None, None, None, collapse_step=5, warning_step=9)
     assert row.lead_time is None

@@ -127,7 +127,29 @@ def test_only_a_generator_that_keeps_caches_plays_in_waves(tiny):
     assert evaluator.eval_wave(cached, spec, 2, 7) == 7  # the tiny model's caches all fit
     assert evaluator.eval_wave(cached, spec, 10**12, 7) == 1  # never fewer than one seed
     # Kept caches of 10^12 tokens fit nowhere, and one seed is still played.
-    assert kept_cache_episodes(model, 10**12, wanted=4) == 1
+    assert kept_cache_episodes(model, 10**12, wanted=4).size == 1
+    assert cached.stats.memory_cuts == 0  # whole memory's share: planned, not cut
+
+
+def test_an_evaluation_whose_waves_free_memory_cut_says_so(tiny, monkeypatch):
+    model, tokenizer = tiny
+    c = config.load(
+        "frozen-lake-rl",
+        ["model.spec=tiny", "rollout.demos=0", "rollout.max_turns=1", "rollout.max_reply_tokens=4"],
+    )
+    generator = make_generator("hf", model, tokenizer)
+    request = EvalRequest(env="frozen-lake", n=3, k=1, temperature=1.0)
+    ample, _ = evaluate(generator, tokenizer, c, request, progress=False)
+    assert ample["cost"]["memory_cuts"] == 0
+    assert "memory:" not in evaluator.format_summary("frozen-lake", ample)
+    # About 1 kB free: the kept caches play one seed a wave, and every decode batch one row.
+    monkeypatch.setattr("ragen.rollout.engines.memory.available_memory", lambda: 1000)
+    with pytest.warns(UserWarning, match="free memory is short"):
+        short, _ = evaluate(generator, tokenizer, c, request, progress=False)
+    assert short["cost"]["memory_cuts"] == 1  # the waves; each wave's one row is not cut
+    assert "free memory cut 1 decode batch(es) or wave(s)" in evaluator.format_summary(
+        "frozen-lake", short
+    )
 
 
 def test_the_action_template_is_the_most_frequent_unsolved_sequence_and_its_prefixes():

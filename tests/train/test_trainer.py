@@ -86,6 +86,7 @@ def test_training_changes_weights_and_writes_the_run(two_steps):
         "time/update_s",
         "perf/train_tokens_per_s",
         "perf/threads",
+        "perf/memory_cuts",
         "perf/rollout_peak_rss_gib",
         "perf/update_peak_rss_gib",
         "rollout/end_truncated_reply_length",
@@ -95,6 +96,7 @@ def test_training_changes_weights_and_writes_the_run(two_steps):
     size = sum(t.numel() * t.element_size() for t in after.values()) / 2**30
     assert records[0]["perf/update_peak_rss_gib"] > size
     assert records[0]["filter/kept_groups"] == 2  # ceil(4 groups × 0.5)
+    assert [r["perf/memory_cuts"] for r in records] == [0, 0]  # plenty free here
     episodes = read_jsonl(run.trajectory_file(1)).records
     assert len(episodes) == 8 and {"env", "group", "seed", "turns"} <= set(episodes[0])
     ckpt = run.checkpoint(2)
@@ -102,6 +104,16 @@ def test_training_changes_weights_and_writes_the_run(two_steps):
     loaded, _ = models.load_policy(str(ckpt), dtype="float32")  # HF layout, loads as is
     for name, tensor in loaded.state_dict().items():
         assert torch.equal(tensor, after[name]), name
+
+
+def test_a_step_whose_decode_batches_free_memory_cut_counts_them(tmp_path, monkeypatch):
+    # About 1 kB free: each turn's 8 live episodes decode a row at a time, not together.
+    monkeypatch.setattr("ragen.rollout.engines.memory.available_memory", lambda: 1000)
+    with pytest.warns(UserWarning, match="free memory is short"):
+        loop, run = _train(tmp_path, "short", "trainer.steps=1")
+    [record] = read_jsonl(run.metrics).records
+    calls = loop.trainer.generator.stats.calls  # one per turn of the step's rollout
+    assert calls >= 1 and record["perf/memory_cuts"] == calls
 
 
 def test_resume_replays_the_uninterrupted_run(tmp_path):

@@ -105,16 +105,32 @@ def summary_markdown(runs: Sequence[RunData]) -> str:
     ]
     for run in runs:
         if run.evaluation:
-            lines.append(f"- {run.name}: an evaluation folder (no training, no alerts)")
+            lines.append(
+                f"- {run.name}: an evaluation folder (no training, no alerts)" + _memory_note(run)
+            )
             continue
         if run.warm_start is not None:
             lines.append(f"- {run.warm_start.name}: the warm start ({_stage_words(run)})")
         torn = f"; {run.skipped_lines} torn line(s) skipped" if run.skipped_lines else ""
         lines.append(
             f"- {run.name}: {run.steps} steps, {len(run.alerts)} alert(s) "
-            f"({run.alerts_source}){torn}"
+            f"({run.alerts_source}){torn}{_memory_note(run)}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _memory_note(run: RunData) -> str:
+    """The steps and evaluations whose decode batches free memory cut below their plan
+    (`perf/memory_cuts`, an evaluation's ``cost``): their samples can differ slightly from a
+    rerun with more memory free, so the run may not repeat exactly."""
+    steps = sum(r.get(names.MEMORY_CUTS, 0) > 0 for r in run.records)
+    evals = sum(e.get("cost", {}).get("memory_cuts", 0) > 0 for e in run.evals)
+    if not steps and not evals:
+        return ""
+    return (
+        f"; free memory cut the decode batches of {steps} step(s) and {evals} evaluation(s), "
+        "whose samples may not repeat exactly"
+    )
 
 
 SIGNIFICANT_Z = 2.0

@@ -104,6 +104,17 @@ def _format_cost(cost: dict) -> str:
         f"{rate(cost['prefilled_tokens'], cost['prefill_s'])}), decode {cost['decode_s']:.0f} s "
         f"({cost['generated_tokens']:,} tokens, "
         f"{rate(cost['generated_tokens'], cost['decode_s'])}), env {cost['env_s']:.0f} s"
+    ) + _format_cuts(cost.get("memory_cuts", 0))
+
+
+def _format_cuts(cuts: int) -> str:
+    """The line that marks an evaluation whose batches free memory cut (none where none was;
+    summaries written before the count have none)."""
+    if not cuts:
+        return ""
+    return (
+        f"\n  memory: free memory cut {cuts} decode batch(es) or wave(s) below the plan, so "
+        "these figures can differ slightly from a run with more memory free"
     )
 
 
@@ -142,8 +153,9 @@ def eval_wave(generator: Generator, spec: RolloutSpec, k: int, seeds: int) -> in
     outgrow their share of memory."""
     if not isinstance(generator, CachedGenerator):
         return max(1, seeds)
-    episodes = kept_cache_episodes(generator.model, spec.max_context_tokens, seeds * k)
-    return max(1, episodes // k)
+    fit = kept_cache_episodes(generator.model, spec.max_context_tokens, seeds * k)
+    generator.stats.memory_cuts += fit.cut
+    return max(1, fit.size // k)
 
 
 def evaluate(
@@ -201,13 +213,14 @@ _COST_PHASES = {
     "decode_s": phases.ROLLOUT_DECODE,
     "env_s": phases.ROLLOUT_ENV,
 }
-_COST_COUNTS = ("prefilled_tokens", "reused_tokens", "generated_tokens")
+_COST_COUNTS = ("prefilled_tokens", "reused_tokens", "generated_tokens", "memory_cuts")
 
 
 def _cost(spent: dict, counts: dict, spent_after: dict, counts_after: dict) -> dict:
     """Where this process's share of an evaluation went: the seconds of prefill, decode and
-    env work and the tokens prefilled, reused from a cache and generated, as differences of
-    the phase clocks and generator counters taken before and after it."""
+    env work, the tokens prefilled, reused from a cache and generated, and the batches free
+    memory cut, as differences of the phase clocks and generator counters taken before and
+    after it."""
     cost = {key: round(spent_after[p] - spent[p], 2) for key, p in _COST_PHASES.items()}
     cost.update({key: counts_after[key] - counts[key] for key in _COST_COUNTS})
     return cost

@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from ragen import metric_names as names
 from ragen import phases
 from ragen.algos import (
     ESTIMATORS,
@@ -148,9 +149,11 @@ class Trainer:
         metrics: dict[str, float] = {}
         phases.drain()  # what ran between steps (an evaluation, a checkpoint) is not a phase
         watching = reset_peak_rss()
-        started = time.perf_counter()
+        started, cuts = time.perf_counter(), self.generator.stats.memory_cuts
         trajectories = self.collect(step)
         metrics["time/rollout_s"] = time.perf_counter() - started
+        # decode batches free memory cut: this step's samples may not repeat exactly
+        metrics[names.MEMORY_CUTS] = float(self.generator.stats.memory_cuts - cuts)
         if watching:
             metrics.update(_peak_rss_metric("rollout"))
             reset_peak_rss()

@@ -71,6 +71,9 @@ class GenerationStats:
     generated_tokens: int = 0  # sampled reply tokens returned
     # context tokens of decode rows whose keys/values the batch held once, not per row
     shared_tokens: int = 0
+    # decode batches and evaluation waves that free memory made smaller than planned
+    # (rollout/engines/memory.py): samples that can differ from a run with more memory free
+    memory_cuts: int = 0
 
 
 class Generator(Protocol):

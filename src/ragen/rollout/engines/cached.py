@@ -128,7 +128,11 @@ class CachedGenerator(Engine):
             self._share_opening(distinct)
             self._prefill(distinct)
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
-        size = self.max_batch or auto_max_batch(self.model, longest)
+        if self.max_batch:
+            size = self.max_batch
+        else:
+            fit = auto_max_batch(self.model, longest, len(requests))
+            size, self.stats.memory_cuts = fit.size, self.stats.memory_cuts + fit.cut
         # Rows of similar length decode together, so left padding wastes little.
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].context_ids))
         samples: dict[int, Sample] = {}

@@ -4,12 +4,15 @@ Both are planned as shares of the device's whole memory, not of what happens to 
 that one machine sizes them alike on every run: which rows decode together changes a row's
 samples at float rounding, so sizes taken from free memory would make two runs of one config
 play different episodes. Where too little is free when a plan is made (other processes, or a
-large model beside its trainer), the sizes shrink and the run warns (:data:`MEMORY_SHORT`).
+large model beside its trainer), the sizes shrink, the run warns (:data:`MEMORY_SHORT`) and
+the generator counts the cut (``GenerationStats.memory_cuts``: a training step's
+``perf/memory_cuts``, an evaluation's ``cost``), so a figure that may not repeat is marked.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -54,27 +57,39 @@ def _total_memory(device: torch.device) -> int:
     return total_memory()
 
 
-def memory_fit(device: torch.device, share: float, item_bytes: int, wanted: int) -> int:
+@dataclass(frozen=True)
+class Fit:
+    """How many items to hold at once (``size``), and whether free memory made it smaller than
+    the plan for the items at hand (``cut``): then which items go together, and so the
+    samples at float rounding, can differ from a run with more memory free."""
+
+    size: int
+    cut: bool
+
+
+def memory_fit(device: torch.device, share: float, item_bytes: int, wanted: int) -> Fit:
     """How many items of ``item_bytes`` to hold at once, at most ``wanted`` and at least 1:
     ``share`` of the device's whole memory, cut (with a warning) to ``_FREE_SHARE`` of the
-    memory free now where less is free."""
-    planned = min(wanted, int(_total_memory(device) * share // item_bytes))
-    allowed = int(_free_memory(device) * _FREE_SHARE // item_bytes)
+    memory free now where less is free. ``wanted`` is the items at hand, so a cut is reported
+    only where it changes how they are grouped."""
+    planned = max(1, min(wanted, int(_total_memory(device) * share // item_bytes)))
+    allowed = max(1, int(_free_memory(device) * _FREE_SHARE // item_bytes))
     if allowed < planned:
         warnings.warn(MEMORY_SHORT, stacklevel=3)
-        planned = allowed
-    return max(1, planned)
+        return Fit(allowed, cut=True)
+    return Fit(planned, cut=False)
 
 
-def auto_max_batch(model, longest_tokens: int) -> int:
-    """Rows whose KV caches (held about three times over while decoding) fit the decode
-    batch's share of memory, at most ``_MAX_AUTO_BATCH_CPU`` (or ``_GPU``) rows."""
+def auto_max_batch(model, longest_tokens: int, rows: int) -> Fit:
+    """How many of ``rows`` decode together: rows whose KV caches (held about three times over
+    while decoding) fit the decode batch's share of memory, at most ``_MAX_AUTO_BATCH_CPU``
+    (or ``_GPU``) rows."""
     per_row = 3 * _kv_bytes_per_token(model) * max(longest_tokens, 1)
     cap = _MAX_AUTO_BATCH_CPU if model.device.type == "cpu" else _MAX_AUTO_BATCH_GPU
-    return memory_fit(model.device, _BATCH_SHARE, per_row, cap)
+    return memory_fit(model.device, _BATCH_SHARE, per_row, min(cap, max(rows, 1)))
 
 
-def kept_cache_episodes(model, context_tokens: int, wanted: int) -> int:
+def kept_cache_episodes(model, context_tokens: int, wanted: int) -> Fit:
     """Episodes, at most ``wanted``, whose caches, kept between turns (`CachedGenerator`) at up
     to ``context_tokens`` each, fit their share of memory: how many to play at once when the
     number is free to choose, as in an evaluation, whose hundreds of long episodes can keep

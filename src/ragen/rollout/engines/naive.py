@@ -42,7 +42,11 @@ class NaiveGenerator(Engine):
         top_p: float,
     ) -> list[Sample]:
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
-        size = self.max_batch or auto_max_batch(self.model, longest)
+        if self.max_batch:
+            size = self.max_batch
+        else:
+            fit = auto_max_batch(self.model, longest, len(requests))
+            size, self.stats.memory_cuts = fit.size, self.stats.memory_cuts + fit.cut
         samples: list[Sample] = []
         for start in range(0, len(requests), size):
             chunk = slice(start, start + size)
