@@ -112,6 +112,11 @@ def test_turn_user_message(rewards, first_line):
     )
 
 
+def test_turn_user_message_can_leave_the_rule_to_the_first_message():
+    text = turn_user_message(2, "s", 4, [0.0], max_actions_per_turn=1, rule=False)
+    assert text == "Reward: 0\nTurn 2:\nState:\ns\nYou have 4 actions left."
+
+
 def test_turn_user_message_without_thinking():
     text = turn_user_message(2, "s", 4, [0.0], max_actions_per_turn=1, think=False)
     assert text == (

@@ -60,13 +60,14 @@ def lake():
     return env.instructions(), states
 
 
-def _play(tokenizer, window: str, k: int = 1):
+def _play(tokenizer, window: str, k: int = 1, format_rule: str = "every_turn"):
     spec = RolloutSpec(
         max_turns=3,
         max_actions_per_turn=1,
         max_reply_tokens=48,
         context_window=window,
         context_turns=k,
+        format_rule=format_rule,
     )
     recorder = Recorder(tokenizer, REPLIES)
     [traj] = rollout(
@@ -174,6 +175,25 @@ def test_each_turn_is_shown_what_the_window_holds_and_trained_as_sampled(
         lp = samples.logprobs[n].tolist()
         assert lp == [0.0] * len(context) + [-0.25] * len(reply) + [0.0] * pad
     assert samples.scores.tolist() == [0.0] * 3 and samples.group_ids.tolist() == [0] * 3
+
+
+@pytest.mark.parametrize(("window", "k"), [("full", 1), ("limited_multi_turn", 2)])
+def test_the_format_rule_stated_once_closes_only_the_opening_message(tokenizer, lake, window, k):
+    instructions, (s1, s2, s3) = lake
+    _, contexts = _play(tokenizer, window, k, format_rule="first_turn")
+    u1 = f"{instructions}\n{_turn(1, s1, 10)}\n{RULE}"
+    u2, u3 = f"Reward: 0\n{_turn(2, s2, 9)}", f"Reward: 0\n{_turn(3, s3, 8)}"
+    a1, a2 = ("assistant", "<think>" + REPLIES[0]), ("assistant", "<think>" + REPLIES[1])
+    if window == "full":
+        last = _chat(("user", u1), a1, ("user", u2), a2, ("user", u3))
+    else:  # turn 3 shows turns 2 and 3: the opening message, turn 2's, keeps the rule
+        last = _chat(("user", f"{instructions}\n{_turn(2, s2, 9)}\n{RULE}"), a2, ("user", u3))
+    want = [_chat(("user", u1)), _chat(("user", u1), a1, ("user", u2)), last]
+    assert [tokenizer.decode(c) for c in contexts] == want
+    _, every = _play(tokenizer, window, k)
+    saved = len(every[2]) - len(contexts[2])  # the rule's tokens, once per later message
+    rule = len(tokenizer("\n" + RULE, add_special_tokens=False)["input_ids"])
+    assert saved == (2 if window == "full" else 1) * rule
 
 
 def test_a_window_of_every_turn_samples_the_full_dialogue_turn_by_turn(tokenizer):

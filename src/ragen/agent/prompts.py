@@ -115,15 +115,17 @@ def turn_user_message(
     *,
     max_actions_per_turn: int,
     think: bool = True,
+    rule: bool = True,
 ) -> str:
-    """A later user message: the previous turn's rewards, then this turn and the format rule.
+    """A later user message: the previous turn's rewards, then this turn and the format rule
+    (``rule``; false leaves the rule to the first message: rollout.format_rule=first_turn).
 
     turn: the number of the turn this message opens (2 after the first reply).
     rewards: one per action the previous reply ran; empty when it ran none.
     """
     _check_at_least("turn", turn, 2, "turn 1 is opened by first_user_message")
-    rule = format_rule(think, max_actions_per_turn)
-    return f"{_rewards(rewards)}\n{_turn(turn, observation, actions_left)}\n{rule}"
+    message = f"{_rewards(rewards)}\n{_turn(turn, observation, actions_left)}"
+    return f"{message}\n{format_rule(think, max_actions_per_turn)}" if rule else message
 
 
 def _turn(turn: int, observation: str, actions_left: int) -> str:

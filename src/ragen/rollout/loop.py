@@ -29,7 +29,7 @@ from ragen.agent.prompts import (
     turn_user_message,
     worked_reply,
 )
-from ragen.config import CONTEXT_WINDOWS, FORMAT_PENALTY_MODES, RolloutConfig
+from ragen.config import CONTEXT_WINDOWS, FORMAT_PENALTY_MODES, FORMAT_RULES, RolloutConfig
 from ragen.rollout.dialogue import ChatFormat
 from ragen.rollout.engines import FINISH_LENGTH, Generator, Request
 from ragen.rollout.rewards import resolve, shaping
@@ -42,6 +42,8 @@ from ragen.rollout.window import FULL, EpisodeSoFar, window_context
 # range holds more seeds than one evaluation may play (config.MAX_EVAL_EPISODES), and test
 # stays below 2**32 (numpy's seed streams take any non-negative int, gymnasium's 32 bits).
 EVAL_SEED_BASE = 1_000_000_000
+EVERY_TURN = "every_turn"
+"""rollout.format_rule: the format rule closes every user message, not only the first."""
 SPLIT_SEED_BASES = {"dev": EVAL_SEED_BASE, "test": 3_000_000_000}
 _CALLS = itertools.count()
 _DEFAULT = RolloutConfig()
@@ -60,6 +62,7 @@ class RolloutSpec:
     temperature: float = _DEFAULT.temperature
     top_p: float = _DEFAULT.top_p
     think: bool = _DEFAULT.think
+    format_rule: str = _DEFAULT.format_rule
     format_penalty: float = _DEFAULT.format_penalty
     format_penalty_mode: str = _DEFAULT.format_penalty_mode
     cut_reply_penalty: float | None = _DEFAULT.cut_reply_penalty
@@ -78,6 +81,10 @@ class RolloutSpec:
             raise ValueError(
                 f"context_window={self.context_window!r}: choose one of "
                 f"{', '.join(CONTEXT_WINDOWS)}"
+            )
+        if self.format_rule not in FORMAT_RULES:
+            raise ValueError(
+                f"format_rule={self.format_rule!r}: choose one of {', '.join(FORMAT_RULES)}"
             )
         if self.context_turns < 0:
             raise ValueError(f"context_turns must be >= 0 (0: all), got {self.context_turns}")
@@ -260,6 +267,7 @@ def play_reply(
         rewards,
         max_actions_per_turn=_per_turn(ep.env, spec),
         think=spec.think,
+        rule=spec.format_rule == EVERY_TURN,
     )
 
 
@@ -307,7 +315,13 @@ def _open_window(ep: Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
         budget=ep.budget,
     )
     ids, ep.first_shown = window_context(
-        fmt, spec.context_window, spec.context_turns, window, _per_turn(ep.env, spec), spec.think
+        fmt,
+        spec.context_window,
+        spec.context_turns,
+        window,
+        _per_turn(ep.env, spec),
+        spec.think,
+        rule_every_turn=spec.format_rule == EVERY_TURN,
     )
     ep.context_start = len(ep.traj.token_ids)
     ep.traj.append(ids, sampled=False)

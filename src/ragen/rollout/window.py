@@ -51,10 +51,19 @@ class EpisodeSoFar:
 
 
 def window_context(
-    fmt: ChatFormat, mode: str, k: int, ep: EpisodeSoFar, max_actions_per_turn: int, think: bool
+    fmt: ChatFormat,
+    mode: str,
+    k: int,
+    ep: EpisodeSoFar,
+    max_actions_per_turn: int,
+    think: bool,
+    *,
+    rule_every_turn: bool = True,
 ) -> tuple[list[int], int]:
     """The ids of the next turn's context in the windowed ``mode`` (limited_multi_turn or
     single_turn) showing ``k`` turns, and the number of the first turn it shows.
+    ``rule_every_turn``: the later turns' messages close with the format rule
+    (rollout.format_rule); the opening message always does.
     ``max_actions_per_turn``: the most actions a reply may run (1 for a free-text env);
     ``think``: the reply format (rollout.think)."""
     current = len(ep.turns) + 1
@@ -95,6 +104,7 @@ def window_context(
             turn.rewards,
             max_actions_per_turn=max_actions_per_turn,
             think=think,
+            rule=rule_every_turn,
         )
         stopped = bool(reply) and reply[-1] in fmt.stop_ids
         ids += reply + fmt.continuation(history, user, reply_stopped=stopped)
