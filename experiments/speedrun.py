@@ -7,7 +7,9 @@ For each training seed 0..K-1 the recipe runs as a user would run it, nothing tr
 beforehand: ``ragen sft PRESET`` for up to ``--warmup`` minutes (the warm-up; none when 0),
 then ``ragen train PRESET`` from its last checkpoint for the rest of ``--budget`` minutes,
 both with the ``overrides`` (the recipe) and ``trainer.seed`` set to the seed; a stage also
-ends at its ``sft.steps`` or ``trainer.steps``. The warm-up is the driver's own: a preset's
+ends at its ``sft.steps`` or ``trainer.steps``. A ``--warmup`` of the whole budget makes a
+recipe of the warm-up alone: no RL stage follows, even where ``sft.steps`` ends it early
+(a screen at a fixed step count). The warm-up is the driver's own: a preset's
 ``sft.warm_start`` is switched off in the RL stage (the frozen-lake and sokoban presets'
 warm start is ``--warmup`` with their own sft settings). The clock is
 the wall time of those two commands, process start, model load and their dev evaluations
@@ -306,7 +308,7 @@ def one_seed(args: argparse.Namespace, seed: int, folder: Path) -> dict:
         model = str(last_checkpoint(sft))
     left = (budget_s - (time.perf_counter() - clock)) / 60
     minutes = left - STARTUP_MINUTES - args.dev_eval_minutes  # the RL stage's own budget
-    if minutes >= MIN_STAGE_MINUTES:
+    if args.warmup < args.budget and minutes >= MIN_STAGE_MINUTES:
         rl = folder / "rl"
         every = args.dev_every or config.MAX_STEPS  # 0: only after the last step
         command = [
@@ -620,7 +622,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("preset", help="the preset the recipe starts from (frozen-lake, sokoban, …)")
     p.add_argument("--budget", type=float, default=20.0, help="wall-clock minutes, fixed")
-    p.add_argument("--warmup", type=float, default=0.0, help="minutes of `ragen sft` first")
+    p.add_argument(
+        "--warmup", type=float, default=0.0, help="minutes of `ragen sft` first (all: no RL)"
+    )
     p.add_argument("--seeds", type=int, default=3, help="training seeds 0..K-1")
     p.add_argument("--name", help="result name (default: the preset)")
     p.add_argument("--test-n", type=int, default=256, help="test seeds of the final figure")

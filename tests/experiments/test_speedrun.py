@@ -118,6 +118,22 @@ def test_a_speedrun_trains_tests_and_records_each_seed(tmp_path, monkeypatch):
     assert again["runs"] == result["runs"]
 
 
+@pytest.mark.usefixtures("keep_threads")
+def test_a_warmup_of_the_whole_budget_is_the_whole_recipe(tmp_path, monkeypatch):
+    monkeypatch.setattr(speedrun, "run", _in_process)
+    monkeypatch.setattr(speedrun, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(speedrun, "DOCS", tmp_path / "docs")
+    monkeypatch.setattr(speedrun, "MIN_STAGE_MINUTES", 0.0)  # time left would start RL
+    monkeypatch.setattr(speedrun, "gemm_gflops", lambda *_: 1.0)
+    out = tmp_path / "runs"
+    argv = ["frozen-lake", "--budget", "5", "--warmup", "5", "--seeds", "1", "--test-n", "1"]
+    argv += ["--dev-n", "1", "--threads", "1", "--name", "sft", "--out", str(out), *RECIPE]
+    speedrun.main(argv)  # sft.steps=1 ends the warm-up within seconds of its 5 minutes
+    (run,) = json.loads((tmp_path / "results" / "speedrun_sft.json").read_text())["runs"]
+    assert list(run["stages"]) == ["sft"] and not (out / "seed-0" / "rl").exists()
+    assert run["final_model"].endswith("sft/checkpoints/step_000001")
+
+
 def _expert_episodes(
     lake: str, options: dict, env_name: str = "frozen-lake", **expert
 ) -> list[dict]:
