@@ -127,9 +127,10 @@ FormatPenaltyMode = Literal["no_action", "any_invalid"]
 FORMAT_PENALTY_MODES: tuple[str, ...] = get_args(FormatPenaltyMode)
 # What the model is shown at each turn (RAGEN-2's context_window_mode; ragen.rollout.window).
 ContextWindow = Literal["full", "limited_multi_turn", "single_turn"]
+CONTEXT_WINDOWS: tuple[str, ...] = get_args(ContextWindow)
+# Which user messages close with the reply format rule (ragen.agent.prompts).
 FormatRule = Literal["every_turn", "first_turn"]
 FORMAT_RULES: tuple[str, ...] = get_args(FormatRule)
-CONTEXT_WINDOWS: tuple[str, ...] = get_args(ContextWindow)
 
 
 @dataclass

@@ -42,11 +42,11 @@ from ragen.rollout.window import FULL, EpisodeSoFar, window_context
 # range holds more seeds than one evaluation may play (config.MAX_EVAL_EPISODES), and test
 # stays below 2**32 (numpy's seed streams take any non-negative int, gymnasium's 32 bits).
 EVAL_SEED_BASE = 1_000_000_000
-EVERY_TURN = "every_turn"
-"""rollout.format_rule: the format rule closes every user message, not only the first."""
 SPLIT_SEED_BASES = {"dev": EVAL_SEED_BASE, "test": 3_000_000_000}
 _CALLS = itertools.count()
 _DEFAULT = RolloutConfig()
+EVERY_TURN = "every_turn"
+"""rollout.format_rule: the format rule closes every user message, not only the first."""
 
 
 @dataclass(frozen=True)
