@@ -13,6 +13,7 @@ from ragen.config import DEFAULT_SPEC, DTYPES
 from ragen.models.chat import PROBE_DIALOGUE, render_chat
 from ragen.models.embedded import prepare
 from ragen.models.folder import check_folder, check_shapes, read_config, remote_code_line
+from ragen.models.progress import without_transformers_bars
 from ragen.models.source import ModelError, ModelSource, first_line, resolve
 from ragen.models.tiny import build_tiny, tiny_config
 
@@ -163,13 +164,14 @@ def load_policy(
         build_skeleton(spec, allow_download=allow_download, trust_remote_code=trust_remote_code)
         location = _load_location(source, allow_download)
         try:
-            model = AutoModelForCausalLM.from_pretrained(
-                location,
-                dtype=torch_dtype,
-                local_files_only=not allow_download,
-                trust_remote_code=trust_remote_code,
-                use_safetensors=True,  # a Hub model, too, is never unpickled
-            )
+            with without_transformers_bars():
+                model = AutoModelForCausalLM.from_pretrained(
+                    location,
+                    dtype=torch_dtype,
+                    local_files_only=not allow_download,
+                    trust_remote_code=trust_remote_code,
+                    use_safetensors=True,  # a Hub model, too, is never unpickled
+                )
         except (OSError, ValueError, SafetensorError) as err:
             raise ModelError(
                 f"could not load a causal LM from {location}: {remote_code_line(err)}"

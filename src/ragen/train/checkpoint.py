@@ -25,6 +25,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ragen.models.progress import without_transformers_bars
 from ragen.run.rundir import RunDir
 from ragen.train import distributed, fsdp
 
@@ -134,11 +135,12 @@ def save_checkpoint(
 
 def _write(folder: Path, policy, tokenizer, whole: _Whole) -> None:
     """Every file of a checkpoint but its state."""
-    if _is_lora(policy):
-        copy.deepcopy(policy).merge_and_unload().save_pretrained(folder)
-        save_file(_trainable(policy), folder / "policy_trainable.safetensors")
-    else:
-        policy.save_pretrained(folder, state_dict=whole.policy)
+    with without_transformers_bars():
+        if _is_lora(policy):
+            copy.deepcopy(policy).merge_and_unload().save_pretrained(folder)
+            save_file(_trainable(policy), folder / "policy_trainable.safetensors")
+        else:
+            policy.save_pretrained(folder, state_dict=whole.policy)
     tokenizer.save_pretrained(folder)
     if whole.critic is not None:
         save_file(whole.critic, folder / "critic_trainable.safetensors")

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from ragen import phases
+from ragen.models.progress import without_transformers_bars
 from ragen.rollout.engines.base import (
     Engine,
     GenerationStats,
@@ -124,7 +125,8 @@ def save_weights(model, folder: str) -> None:
         # A peft model saves only its adapters; vLLM needs the merged weights. A copy is
         # merged so the trained model keeps its adapters unmerged and untouched.
         model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(folder, safe_serialization=True)
+    with without_transformers_bars():
+        model.save_pretrained(folder, safe_serialization=True)
 
 
 class VLLMGenerator(Engine):
