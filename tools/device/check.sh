@@ -53,6 +53,14 @@ speedrun() {  # the frozen-lake ranked recipe (docs/performance.md) on the GPU: 
     -exec cp {} $OUT/ \;
   cp /tmp/sr/seed-0/speedrun.json $OUT/speedrun_seed0.json 2>/dev/null
   cat /tmp/sr/speedrun.log /tmp/sr/seed-0/speedrun.log > $OUT/speedrun.log 2>/dev/null
+  keep_summaries /tmp/sr speedrun
+}
+keep_summaries() {  # DIR NAME: each evaluation's summary and the stages' metrics, which a run
+  # cut by the call's limit leaves behind without its record
+  for f in $(cd $1 && find . -name eval.jsonl -not -path '*trajectories*') \
+           $(cd $1 && find . -name metrics.jsonl); do
+    cp $1/$f $OUT/$2_$(echo ${f#./} | tr / _) 2>/dev/null
+  done
 }
 # Sokoban levers (issue 49) screened at the CPU seed 0's step count (829 `ragen sft` steps in
 # its 60 minutes), not its minutes: a GPU step costs a GPU's time, so equal steps is the fair
@@ -67,6 +75,7 @@ sokoban_screen() {  # NAME OVERRIDES...
     --out /tmp/$name $SOKOBAN_PUSH "$@" trainer.device=cuda 2>&1 | grep -v Loading | tail -6
   find experiments/results docs/speedrun -name "*$name*" -newer /tmp/$name.start -exec cp {} $OUT/ \;
   cat /tmp/$name/speedrun.log /tmp/$name/seed-0/speedrun.log > $OUT/$name.log 2>/dev/null
+  keep_summaries /tmp/$name $name
 }
 pushfirst() {  # the push expert that pushes along the offset its line names first
   sokoban_screen sokoban-push-first-gpu env.options.offsets=true rollout.max_context_tokens=2400 \
