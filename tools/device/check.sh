@@ -1,6 +1,6 @@
 # Second call: the GPU checklist (../shared/GPU.md), each step under its own time limit.
 #   bash tools/device/check.sh [STEP...]
-# steps: tests profile sokoban bench paper lora speedrun pushfirst sokcoord base51 suite (default: tests speedrun paper)
+# steps: tests profile profilepaper sokoban bench paper lora speedrun pushfirst sokcoord base51 suite (default: tests speedrun paper)
 set -u
 START=$(date +%s)
 since() { echo "$(( $(date +%s) - START )) s"; }
@@ -22,6 +22,10 @@ tests() {
 profile() {
   timeout 120 python3 tools/device/profile_decode.py --device cuda --out $OUT/profile 2>&1 \
     | grep -v Loading | tail -18
+}
+profilepaper() {  # the same at the paper step's shape: 8 × 16 rows, 400-token replies
+  timeout 240 python3 tools/device/profile_decode.py --device cuda --out $OUT/profile_paper \
+    --groups 8 --group-size 16 --steps 400 2>&1 | grep -v Loading | tail -18
 }
 sokoban() {
   timeout 150 python3 -m ragen train sokoban-gpu trainer.steps=1 trainer.save_every=1 \

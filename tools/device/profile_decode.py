@@ -1,9 +1,11 @@
 """Where a decode step's time goes on a GPU: the rollout's own loop against bare forwards.
 
     python tools/device/profile_decode.py [--device cuda] [--out DIR] [--steps 64]
+        [--groups 4] [--group-size 8]
 
-One Sokoban turn of P=4 × N=8 episodes (replies of up to ``--steps`` tokens, T=1) with the
-``hf`` generator, in bf16 where the device runs it:
+One Sokoban turn of P=``--groups`` × N=``--group-size`` episodes (4 × 8; the paper's step is
+8 × 16 with 400 tokens) with replies of up to ``--steps`` tokens, T=1, with the ``hf``
+generator, in bf16 where the device runs it:
 
 1. the turn timed with static decode steps (CUDA graphs, the default on a GPU) and with the
    shrinking batch of eager forwards, then the static turn again under cProfile (the top
@@ -31,6 +33,7 @@ from pathlib import Path
 import torch
 
 from ragen import models
+from ragen.config import DTYPES
 from ragen.models.kv_keyword import cache_keyword
 from ragen.rollout.engines import make_generator
 from ragen.rollout.loop import RolloutSpec, rollout
@@ -41,8 +44,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def one_turn(model, tokenizer, steps: int, seed: int, static: bool) -> tuple[float, int]:
-    """Seconds and generated tokens of one turn of 4 × 8 Sokoban episodes, a fresh generator."""
+def one_turn(
+    model, tokenizer, steps: int, seed: int, static: bool, shape: tuple[int, int] = (4, 8)
+) -> tuple[float, int]:
+    """Seconds and generated tokens of one turn of ``shape`` (groups × copies) Sokoban
+    episodes, a fresh generator."""
+    groups, copies = shape
     generator = make_generator("hf", model, tokenizer)
     generator.static = static
     spec = RolloutSpec(
@@ -54,7 +61,7 @@ def one_turn(model, tokenizer, steps: int, seed: int, static: bool) -> tuple[flo
     )
     sync(model.device)
     start = time.perf_counter()
-    rollout(generator, tokenizer, "sokoban", list(range(seed, seed + 4)), 8, spec)
+    rollout(generator, tokenizer, "sokoban", list(range(seed, seed + groups)), copies, spec)
     sync(model.device)
     return time.perf_counter() - start, generator.stats.generated_tokens
 
@@ -136,10 +143,13 @@ def graph_forwards(model, batch: int, context: int, steps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--dtype", default="auto", choices=models.DTYPES)
+    parser.add_argument("--dtype", default="auto", choices=DTYPES)
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--out", default=".")
+    parser.add_argument("--groups", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
     args = parser.parse_args()
+    shape = (args.groups, args.group_size)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = models.load_policy("smollm2-135m", dtype=args.dtype, device=args.device)
@@ -149,14 +159,16 @@ def main() -> None:
         report["gpu"] = torch.cuda.get_device_name(device)
     static = device.type == "cuda"
     for name, mode in (("eager", False), ("static", static)):
-        one_turn(model, tokenizer, 8, seed=100, static=mode)  # warm-up: kernels, allocator
-        wall, tokens = one_turn(model, tokenizer, args.steps, seed=0, static=mode)
+        one_turn(
+            model, tokenizer, 8, seed=100, static=mode, shape=shape
+        )  # warm-up: kernels, allocator
+        wall, tokens = one_turn(model, tokenizer, args.steps, seed=0, static=mode, shape=shape)
         report[f"turn_{name}_s"], report[f"turn_{name}_tokens"] = round(wall, 3), tokens
         report[f"turn_{name}_ms_per_step"] = round(1000 * wall / args.steps, 2)
     cpu0 = time.process_time()
     profile = cProfile.Profile()
     profile.enable()
-    one_turn(model, tokenizer, args.steps, seed=0, static=static)
+    one_turn(model, tokenizer, args.steps, seed=0, static=static, shape=shape)
     profile.disable()
     report["turn_cpu_s"] = round(time.process_time() - cpu0, 3)
     text = io.StringIO()
@@ -166,7 +178,7 @@ def main() -> None:
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
-        one_turn(model, tokenizer, args.steps, seed=0, static=static)
+        one_turn(model, tokenizer, args.steps, seed=0, static=static, shape=shape)
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
     (out / "torch_ops.txt").write_text(table)
     events = prof.key_averages()
