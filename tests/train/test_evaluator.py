@@ -95,14 +95,17 @@ def test_an_eval_env_is_built_with_its_eval_options(tiny):
     assert plain[0].turns[0].observation == SokobanEnv().reset(EVAL_SEED_BASE)
 
 
+def _tiny_lake(turns: int, reply_tokens: int):
+    """The frozen-lake-rl config on the tiny model, no worked examples, short episodes."""
+    overrides = [f"rollout.max_turns={turns}", f"rollout.max_reply_tokens={reply_tokens}"]
+    return config.load("frozen-lake-rl", ["model.spec=tiny", "rollout.demos=0", *overrides])
+
+
 def test_an_evaluation_played_in_waves_plays_the_same_episodes(tiny, monkeypatch):
     """Seeds played a few at a time (to bound the caches kept between turns) sample exactly
     what one rollout of them all does, and summarise the same."""
     model, tokenizer = tiny
-    c = config.load(
-        "frozen-lake-rl",
-        ["model.spec=tiny", "rollout.demos=0", "rollout.max_turns=2", "rollout.max_reply_tokens=6"],
-    )
+    c = _tiny_lake(turns=2, reply_tokens=6)
     generator = make_generator("hf", model, tokenizer)
     request = EvalRequest(env="frozen-lake", n=5, k=2, temperature=1.0)
     whole, once = evaluate(generator, tokenizer, c, request, progress=False)
@@ -132,10 +135,7 @@ def test_only_a_generator_that_keeps_caches_plays_in_waves(tiny):
 
 def test_an_evaluation_whose_waves_free_memory_cut_says_so(tiny, monkeypatch):
     model, tokenizer = tiny
-    c = config.load(
-        "frozen-lake-rl",
-        ["model.spec=tiny", "rollout.demos=0", "rollout.max_turns=1", "rollout.max_reply_tokens=4"],
-    )
+    c = _tiny_lake(turns=1, reply_tokens=4)
     generator = make_generator("hf", model, tokenizer)
     request = EvalRequest(env="frozen-lake", n=3, k=1, temperature=1.0)
     monkeypatch.setattr("ragen.rollout.engines.memory.available_memory", lambda: 2**40)

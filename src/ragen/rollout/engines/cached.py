@@ -39,7 +39,7 @@ from ragen.rollout.engines.base import (
     weights_version,
 )
 from ragen.rollout.engines.kv_cache import Batch, drop_rows, empty_cache, padded_cache, row_kv
-from ragen.rollout.engines.memory import auto_max_batch
+from ragen.rollout.engines.memory import decode_batch
 from ragen.rollout.engines.static_decode import StaticDecoder
 from ragen.rollout.sampling import choose
 
@@ -128,11 +128,7 @@ class CachedGenerator(Engine):
             self._share_opening(distinct)
             self._prefill(distinct)
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
-        if self.max_batch:
-            size = self.max_batch
-        else:
-            fit = auto_max_batch(self.model, longest, len(requests))
-            size, self.stats.memory_cuts = fit.size, self.stats.memory_cuts + fit.cut
+        size = decode_batch(self.model, self.max_batch, longest, len(requests), self.stats)
         # Rows of similar length decode together, so left padding wastes little.
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].context_ids))
         samples: dict[int, Sample] = {}

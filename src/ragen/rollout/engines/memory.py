@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ragen.host.memory import available_memory, total_memory
+from ragen.rollout.engines.base import GenerationStats
 from ragen.rollout.engines.kv_cache import kv_shape
 
 # Largest batch the automatic choice picks: beyond 64 rows a CPU gains nothing per token,
@@ -87,6 +88,18 @@ def auto_max_batch(model, longest_tokens: int, rows: int) -> Fit:
     per_row = 3 * _kv_bytes_per_token(model) * max(longest_tokens, 1)
     cap = _MAX_AUTO_BATCH_CPU if model.device.type == "cpu" else _MAX_AUTO_BATCH_GPU
     return memory_fit(model.device, _BATCH_SHARE, per_row, min(cap, max(rows, 1)))
+
+
+def decode_batch(
+    model, max_batch: int | None, longest_tokens: int, rows: int, stats: GenerationStats
+) -> int:
+    """How many of ``rows`` a generator decodes together: its own ``max_batch`` where set,
+    else :func:`auto_max_batch`'s plan, a cut of which is counted in ``stats.memory_cuts``."""
+    if max_batch:
+        return max_batch
+    fit = auto_max_batch(model, longest_tokens, rows)
+    stats.memory_cuts += fit.cut
+    return fit.size
 
 
 def kept_cache_episodes(model, context_tokens: int, wanted: int) -> Fit:

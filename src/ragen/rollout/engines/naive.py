@@ -21,7 +21,7 @@ from ragen.rollout.engines.base import (
     left_pad,
     pad_id,
 )
-from ragen.rollout.engines.memory import auto_max_batch
+from ragen.rollout.engines.memory import decode_batch
 from ragen.rollout.sampling import choose
 
 
@@ -42,11 +42,7 @@ class NaiveGenerator(Engine):
         top_p: float,
     ) -> list[Sample]:
         longest = max((len(r.context_ids) for r in requests), default=0) + max_new_tokens
-        if self.max_batch:
-            size = self.max_batch
-        else:
-            fit = auto_max_batch(self.model, longest, len(requests))
-            size, self.stats.memory_cuts = fit.size, self.stats.memory_cuts + fit.cut
+        size = decode_batch(self.model, self.max_batch, longest, len(requests), self.stats)
         samples: list[Sample] = []
         for start in range(0, len(requests), size):
             chunk = slice(start, start + size)
