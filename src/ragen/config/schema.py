@@ -159,8 +159,8 @@ class RolloutConfig:
     format_rule: FormatRule = "every_turn"
     """Where the reply format rule ("Always reply as <think>...</think><answer>...</answer>.")
     is stated: every_turn, at the end of every user message; first_turn, in the first only,
-    so each later turn costs its 17 tokens less (8% of a frozen-lake expert dialogue), for a
-    policy that already writes the format (after a warm start)."""
+    so each later turn is shorter by the rule's tokens, for a policy that already writes the
+    format (after a warm start; what it saves: docs/guide.md)."""
     format_penalty: float = opt(-0.1, le=0.0)
     """Reward added for each turn whose reply is penalised (see format_penalty_mode)."""
     format_penalty_mode: FormatPenaltyMode = "no_action"
