@@ -45,8 +45,6 @@ EVAL_SEED_BASE = 1_000_000_000
 SPLIT_SEED_BASES = {"dev": EVAL_SEED_BASE, "test": 3_000_000_000}
 _CALLS = itertools.count()
 _DEFAULT = RolloutConfig()
-EVERY_TURN = "every_turn"
-"""rollout.format_rule: the format rule closes every user message, not only the first."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +86,11 @@ class RolloutSpec:
             )
         if self.context_turns < 0:
             raise ValueError(f"context_turns must be >= 0 (0: all), got {self.context_turns}")
+
+    @property
+    def rule_every_turn(self) -> bool:
+        """Whether the format rule closes every user message, not only the first."""
+        return self.format_rule == "every_turn"
 
     @classmethod
     def from_config(cls, rollout, **changes) -> RolloutSpec:
@@ -267,7 +270,7 @@ def play_reply(
         rewards,
         max_actions_per_turn=_per_turn(ep.env, spec),
         think=spec.think,
-        rule=spec.format_rule == EVERY_TURN,
+        rule=spec.rule_every_turn,
     )
 
 
@@ -321,7 +324,7 @@ def _open_window(ep: Episode, fmt: ChatFormat, spec: RolloutSpec) -> None:
         window,
         _per_turn(ep.env, spec),
         spec.think,
-        rule_every_turn=spec.format_rule == EVERY_TURN,
+        rule_every_turn=spec.rule_every_turn,
     )
     ep.context_start = len(ep.traj.token_ids)
     ep.traj.append(ids, sampled=False)
