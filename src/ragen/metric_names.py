@@ -33,6 +33,17 @@ ACTION_TEMPLATE_SHARE = "diversity/action_template_share"
 # filter/… : what the uncertainty filter kept (ragen.algos.filtering.select_groups)
 KEPT_GROUPS = "filter/kept_groups"
 
+# gigpo/… : what GiGPO's per-turn credit had to compare, on gigpo runs only
+# (ragen.monitor.metrics.credit_metrics)
+GIGPO_ANCHORED_SHARE = "gigpo/anchored_share"
+GIGPO_TURNS_PER_ANCHOR = "gigpo/turns_per_anchor"
+GIGPO_EPISODE_ADV = "gigpo/episode_adv_abs"
+GIGPO_STEP_ADV = "gigpo/step_adv_abs"
+GIGPO_ONLY = frozenset(
+    {GIGPO_ANCHORED_SHARE, GIGPO_TURNS_PER_ANCHOR, GIGPO_EPISODE_ADV, GIGPO_STEP_ADV}
+)
+"""The names only a gigpo run writes."""
+
 # perf/… : what the step cost (ragen.train.trainer)
 MEMORY_CUTS = "perf/memory_cuts"
 

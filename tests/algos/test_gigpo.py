@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from ragen import config
+from ragen import metric_names as names
 from ragen.algos import advantages as adv
 from ragen.algos.gigpo import ANCHOR_NONE, anchor_ids, discounted_turn_returns, gigpo
 from ragen.config import AlgoConfig, ConfigError
+from ragen.monitor.metrics import credit_metrics
 from ragen.rollout.trajectory import Trajectory, Turn, collate
 
 
@@ -115,6 +117,25 @@ def test_the_step_weight_scales_only_the_step_term():
     assert got == pytest.approx([0.6, 0.6, -0.4, -0.4, -0.4], abs=1e-6)  # grpo-like
     got = _per_turn(_estimate(WORKED, gigpo_gamma=0.95, gigpo_step_weight=2.0), WORKED)
     assert got == pytest.approx([1.55, 1.6, -1.35, -0.4, -1.4], abs=1e-6)
+
+
+def test_credit_metrics_of_the_worked_example():
+    # anchors s0 {A, B} and s1 {A, B} pair 4 of the 5 turns; s2 holds B's alone: 3 groups.
+    # |A_E|: 0.6 on A's 2 turns, 0.4 on B's 3; |A_S|: 0.475 twice (s0), 0.5 twice (s1), 0
+    got = credit_metrics(WORKED, gamma=0.95, step_weight=2.0, norm_by_std=False)
+    assert got == pytest.approx(
+        {
+            names.GIGPO_ANCHORED_SHARE: 4 / 5,
+            names.GIGPO_TURNS_PER_ANCHOR: 5 / 3,
+            names.GIGPO_EPISODE_ADV: (2 * 0.6 + 3 * 0.4) / 5,
+            names.GIGPO_STEP_ADV: 2.0 * (2 * 0.475 + 2 * 0.5) / 5,
+        }
+    )
+    lone = [_episode(0, 0, [("x", 1.0), ("y", 0.0)]), _episode(1, 0, [("x", 0.0)])]
+    got = credit_metrics(lone, gamma=0.95, step_weight=1.0, norm_by_std=False)
+    assert got[names.GIGPO_ANCHORED_SHARE] == 0.0 and got[names.GIGPO_STEP_ADV] == 0.0
+    assert got[names.GIGPO_TURNS_PER_ANCHOR] == 1.0
+    assert credit_metrics([], gamma=0.95, step_weight=1.0, norm_by_std=False) == {}
 
 
 def test_groups_and_anchor_groups_of_one_sample_give_zero():

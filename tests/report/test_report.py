@@ -432,3 +432,25 @@ def test_evaluation_folders_are_read_and_their_levels_set_side_by_side(tmp_path,
     assert "| remote | sokoban | — | — | 0.500 |" in markdown
     assert "- local: an evaluation folder (no training, no alerts)" in markdown
     assert "agree on the success of 2 of 4 levels" in capsys.readouterr().out
+
+
+def test_a_gigpo_run_plots_its_anchor_groups_and_both_terms(tmp_path):
+    records = [
+        {"step": s, "rollout/success": 0.1 * s, "gigpo/anchored_share": 0.5 + 0.1 * s,
+         "gigpo/episode_adv_abs": 0.4, "gigpo/step_adv_abs": 0.1 * (s + 1)}
+        for s in (0, 1, 2)
+    ]  # fmt: skip
+    data = load_run(_run(tmp_path, "gigpo", records).root)
+    panels = plot_data([data])["credit"]
+    assert list(panels) == [
+        "turns sharing their state with another",
+        "mean |advantage| of each term",
+    ]
+    terms = panels["mean |advantage| of each term"]
+    assert [c.key for c in terms] == ["gigpo/episode_adv_abs", "gigpo/step_adv_abs"]
+    assert terms[1].raw == pytest.approx([0.1, 0.2, 0.3])
+    fig = draw(next(p for p in PLOTS if p.name == "credit"), panels, [data])
+    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert legend == ["gigpo · episode term", "gigpo · step term × w"]
+    plain = load_run(_run(tmp_path, "ppo", [{"step": 0, "rollout/success": 0.0}]).root)
+    assert "credit" not in plot_data([plain])  # no gigpo metrics: no credit.png

@@ -14,6 +14,7 @@ import torch
 from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config, models
+from ragen import metric_names as names
 from ragen.algos import whiten
 from ragen.algos.gigpo import anchor_ids, gigpo
 from ragen.cli import main
@@ -218,6 +219,12 @@ def test_gigpo_gives_each_turn_the_credit_of_its_anchor_group():
             torch.testing.assert_close(got, torch.full_like(got, float(want[row, n])))
     assert data.advantages[data.loss_mask == 0].abs().sum() == 0
     trainer.update(data, 0)  # the update runs on them
+    # what the step logs of its anchor groups: the share of turns paired with another
+    turns = [(t.group, u.observation) for t in kept for u in t.turns]
+    paired = sum(turns.count(key) > 1 for key in turns) / len(turns)
+    logged = trainer.credit_metrics(kept)
+    assert logged[names.GIGPO_ANCHORED_SHARE] == pytest.approx(paired)
+    assert logged[names.GIGPO_TURNS_PER_ANCHOR] == pytest.approx(len(turns) / len(set(turns)))
 
 
 def test_lora_trains_only_adapters_and_saves_a_merged_model(tmp_path):
@@ -395,9 +402,7 @@ def test_logged_losses_do_not_depend_on_the_micro_batch_size():
 
 
 def test_a_step_writes_every_metric_name_that_readers_rely_on(two_steps):
-    from ragen import metric_names as names
-
     _, run = two_steps  # its first step, the template probe run
     written = set(read_jsonl(run.metrics).records[0])
-    sft_only = {names.SFT_LOSS, names.SFT_GRAD_NORM}
-    assert names.PRODUCED - sft_only <= written, sorted(names.PRODUCED - sft_only - written)
+    other = {names.SFT_LOSS, names.SFT_GRAD_NORM} | names.GIGPO_ONLY  # not this run's kind
+    assert names.PRODUCED - other <= written, sorted(names.PRODUCED - other - written)

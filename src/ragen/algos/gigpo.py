@@ -27,10 +27,13 @@ threshold, text as similar as that) giving equal ids within a group.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 import torch
 from torch import Tensor
+
+from ragen import metric_names as names
 
 ANCHOR_NONE = -1
 """The anchor id of a turn slot an episode does not have (padding of ``(B, M)`` tensors)."""
@@ -54,22 +57,68 @@ def discounted_turn_returns(turn_rewards: Tensor, turn_valid: Tensor, gamma: flo
     return torch.where(turn_valid, returns, torch.zeros_like(returns))
 
 
-def _relative(values: Tensor, keys: Tensor, norm_by_std: bool, eps: float) -> Tensor:
-    """(N,) each value minus the mean of the values sharing its key, divided by their
-    unbiased std + eps when ``norm_by_std``; 0 for a key held by one value alone."""
+def _per_key(values: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """(N,) sums of ``values`` and counts over the values sharing each one's key, each
+    gathered back to its value."""
     _, inverse = torch.unique(keys, dim=0, return_inverse=True)
     n = int(inverse.max()) + 1 if inverse.numel() else 0
 
     def per_key(x: Tensor) -> Tensor:  # (N,) -> (n,) sums over each key
         return torch.zeros(n, dtype=values.dtype, device=values.device).index_add(0, inverse, x)
 
-    count = per_key(torch.ones_like(values))
-    centred = values - (per_key(values) / count)[inverse]
+    return per_key(values)[inverse], per_key(torch.ones_like(values))[inverse]
+
+
+def _relative(values: Tensor, keys: Tensor, norm_by_std: bool, eps: float) -> Tensor:
+    """(N,) each value minus the mean of the values sharing its key, divided by their
+    unbiased std + eps when ``norm_by_std``; 0 for a key held by one value alone."""
+    total, count = _per_key(values, keys)
+    centred = values - total / count
     if norm_by_std:
-        squares = per_key(centred.square())
-        std = (squares / (count - 1).clamp(min=1)).sqrt()
-        centred = centred / (std[inverse] + eps)
-    return torch.where(count[inverse] > 1, centred, torch.zeros_like(centred))
+        squares, _ = _per_key(centred.square(), keys)
+        centred = centred / ((squares / (count - 1).clamp(min=1)).sqrt() + eps)
+    return torch.where(count > 1, centred, torch.zeros_like(centred))
+
+
+@dataclass(frozen=True)
+class Terms:
+    """GiGPO's two terms for each step sample (N: the turns of the batch, episode by episode).
+
+    Attributes:
+        rows: (N,) the episode (row) of each step sample.
+        cols: (N,) its turn within the episode.
+        episode: (N,) episode advantage A_E of its episode.
+        step: (N,) step advantage A_S, before the weight w.
+        anchor_size: (N,) the number of step samples in its anchor group (itself included).
+    """
+
+    rows: Tensor
+    cols: Tensor
+    episode: Tensor
+    step: Tensor
+    anchor_size: Tensor
+
+
+def terms(
+    scores: Tensor,
+    turn_rewards: Tensor,
+    turn_valid: Tensor,
+    anchor_ids: Tensor,
+    group_ids: Tensor,
+    gamma: float,
+    norm_by_std: bool,
+    eps: float = 1e-6,
+) -> Terms:
+    """The episode and step terms of every step sample; arguments as :func:`gigpo`'s."""
+    work = torch.float32 if turn_rewards.device.type == "mps" else torch.float64
+    valid = turn_valid.bool()
+    rows, cols = valid.nonzero(as_tuple=True)  # the step samples, episode by episode
+    groups = group_ids.to(rows.device)[rows]
+    episode = _relative(scores.to(work)[rows], groups[:, None], norm_by_std, eps)
+    returns = discounted_turn_returns(turn_rewards.to(work), valid, gamma)[rows, cols]
+    keys = torch.stack([groups, anchor_ids[rows, cols].to(groups.dtype)], dim=1)
+    step = _relative(returns, keys, norm_by_std, eps)
+    return Terms(rows, cols, episode, step, _per_key(returns, keys)[1])
 
 
 def gigpo(
@@ -100,17 +149,31 @@ def gigpo(
     Returns:
         (B, M) advantages (float64, float32 on MPS), 0 on padding.
     """
-    work = torch.float32 if turn_rewards.device.type == "mps" else torch.float64
-    valid = turn_valid.bool()
-    rows, cols = valid.nonzero(as_tuple=True)  # the step samples, episode by episode
-    groups = group_ids.to(rows.device)[rows]
-    episode = _relative(scores.to(work)[rows], groups[:, None], norm_by_std, eps)
-    returns = discounted_turn_returns(turn_rewards.to(work), valid, gamma)[rows, cols]
-    keys = torch.stack([groups, anchor_ids[rows, cols].to(groups.dtype)], dim=1)
-    step = _relative(returns, keys, norm_by_std, eps)
-    out = torch.zeros(valid.shape, dtype=work, device=valid.device)
-    out[rows, cols] = episode + step_weight * step
+    t = terms(scores, turn_rewards, turn_valid, anchor_ids, group_ids, gamma, norm_by_std, eps)
+    out = torch.zeros(turn_valid.shape, dtype=t.episode.dtype, device=t.episode.device)
+    out[t.rows, t.cols] = t.episode + step_weight * t.step
     return out
+
+
+def term_metrics(t: Terms, step_weight: float) -> dict[str, float]:
+    """What GiGPO's step term had to work with in a batch, over its step samples:
+
+    - ``gigpo/anchored_share``: the share of turns whose anchor group holds another turn
+      (a turn alone in its anchor group gets no step term);
+    - ``gigpo/turns_per_anchor``: turns per anchor group;
+    - ``gigpo/episode_adv_abs`` and ``gigpo/step_adv_abs``: the mean size of the episode
+      term A_E and of the weighted step term w * A_S.
+    """
+    n = t.rows.numel()
+    if n == 0:
+        return {}
+    groups = float((1.0 / t.anchor_size).sum())  # each anchor group's turns add up to 1
+    return {
+        names.GIGPO_ANCHORED_SHARE: float((t.anchor_size > 1).double().mean()),
+        names.GIGPO_TURNS_PER_ANCHOR: n / groups,
+        names.GIGPO_EPISODE_ADV: float(t.episode.abs().mean()),
+        names.GIGPO_STEP_ADV: float((step_weight * t.step).abs().mean()),
+    }
 
 
 def anchor_ids(

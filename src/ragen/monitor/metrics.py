@@ -1,5 +1,6 @@
 """Step metrics computed from a step's trajectories: what the rollout did (``rollout/…``)
-and how varied the replies are (``diversity/…``, ``think/…``)."""
+how varied the replies are (``diversity/…``, ``think/…``), and what GiGPO's per-turn credit had
+to compare (``gigpo/…``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from ragen import metric_names as names
 from ragen.agent.parsing import parse_reply
 from ragen.agent.prompts import example_reply
+from ragen.algos import gigpo
 from ragen.algos.filtering import group_std
 from ragen.rollout.trajectory import END_REASONS, Trajectory
 
@@ -208,3 +210,41 @@ def diversity_metrics(
 
 def _has_ngram(texts: Sequence[str], n: int) -> bool:
     return any(len(_WORDS.findall(t)) >= n for t in texts)
+
+
+# ---------------------------------------------------------------------------- credit
+
+
+def credit_metrics(
+    trajectories: Sequence[Trajectory],
+    *,
+    gamma: float,
+    step_weight: float,
+    norm_by_std: bool,
+    similarity: float | None = None,
+) -> dict[str, float]:
+    """GiGPO's anchor groups and the size of its two terms over ``trajectories`` (the
+    ``gigpo/…`` metrics of `ragen.algos.gigpo.term_metrics`): whether the per-turn credit
+    had turns to compare. Arguments as ``algo.gigpo_gamma``, ``gigpo_step_weight``,
+    ``gigpo_mode == "mean_std_norm"`` and ``gigpo_similarity``."""
+    if not any(t.turns for t in trajectories):
+        return {}
+    width = max(len(t.turns) for t in trajectories)
+    rewards = torch.zeros(len(trajectories), width, dtype=torch.float64)
+    valid = torch.zeros(len(trajectories), width, dtype=torch.bool)
+    for b, t in enumerate(trajectories):
+        rewards[b, : len(t.turns)] = torch.tensor([u.reward for u in t.turns], dtype=torch.float64)
+        valid[b, : len(t.turns)] = True
+    groups = [t.group for t in trajectories]
+    found = gigpo.terms(
+        torch.tensor([t.total_reward for t in trajectories], dtype=torch.float64),
+        rewards,
+        valid,
+        gigpo.anchor_ids(
+            [[u.anchor_key for u in t.turns] for t in trajectories], groups, similarity
+        ),
+        torch.tensor(groups),
+        gamma,
+        norm_by_std,
+    )
+    return gigpo.term_metrics(found, step_weight)

@@ -81,6 +81,17 @@ PLOTS = (
         ),
     ),
     Plot(
+        "credit",
+        "GiGPO's per-turn credit",
+        (
+            Panel("turns sharing their state with another", (names.GIGPO_ANCHORED_SHARE,)),
+            Panel(
+                "mean |advantage| of each term",
+                (names.GIGPO_EPISODE_ADV, names.GIGPO_STEP_ADV),
+            ),
+        ),
+    ),
+    Plot(
         "length",
         "Reply and think length",
         (

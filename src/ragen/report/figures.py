@@ -16,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ragen import metric_names as names
 from ragen.report.curves import Panel, Plot, Series
 from ragen.report.runs import RunData
 
@@ -65,9 +66,16 @@ def _draw_panel(ax, panel: Panel, curves: list[Series], runs, colors: dict[str, 
     ax.legend(fontsize="small")
 
 
+_NAMED = {names.GIGPO_EPISODE_ADV: "episode term", names.GIGPO_STEP_ADV: "step term × w"}
+"""Labels of keys that share a panel with others and say little by their own name."""
+
+
 def _short(key: str) -> str:
     """eval/sokoban/success -> sokoban, grad_norm/bucket_1/task -> bucket_1,
-    rollout/return_end_terminated -> terminated; other keys stay whole."""
+    rollout/return_end_terminated -> terminated, GiGPO's terms by name; other keys stay
+    whole."""
+    if key in _NAMED:
+        return _NAMED[key]
     parts = key.split("/")
     if parts[0] in ("eval", "grad_norm") and len(parts) == 3:
         return parts[1]

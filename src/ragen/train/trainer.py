@@ -36,7 +36,7 @@ from ragen.algos import (
 from ragen.algos.gigpo import anchor_ids
 from ragen.config import ROW_BY_ROW, AlgoConfig, Config
 from ragen.host.memory import peak_rss, reset_peak_rss, trim_heap
-from ragen.monitor.metrics import diversity_metrics, rollout_metrics
+from ragen.monitor.metrics import credit_metrics, diversity_metrics, rollout_metrics
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.samples import TurnSamples
 from ragen.rollout.trajectory import Batch, Trajectory, collate
@@ -103,6 +103,28 @@ def filter_ratio(config: Config, rollbacks: int) -> float:
     return override if rollbacks and override is not None else config.algo.filter_ratio
 
 
+def filter_episodes(
+    trajectories: list[Trajectory], config: Config, rollbacks: int = 0
+) -> tuple[list[Trajectory], dict]:
+    """The rollout filter (algo.filter_*) of a step's episodes, in group order: by default
+    StarPO-S's, the share of groups whose returns vary most (``filter_ratio`` after
+    ``rollbacks`` rollbacks); top_p, min_p and filter_include_zero=false may keep none.
+    Returns the kept episodes and the filter's metrics."""
+    a, n = config.algo, config.rollout.group_size
+    rule = FilterRule.of(a, filter_ratio(config, rollbacks))
+    per_episode = {  # what each METRICS quantity reads of an episode
+        "return": lambda t: t.total_reward,
+        "entropy": lambda t: float(
+            sampled_entropy(torch.tensor(t.logprobs), torch.tensor(t.loss_mask))
+        ),
+        "length": lambda t: float(sum(t.loss_mask)),
+    }[METRICS[rule.metric][0]]
+    returns = torch.tensor([t.total_reward for t in trajectories]).view(-1, n)  # (G, N)
+    values = torch.tensor([per_episode(t) for t in trajectories]).view(-1, n)  # (G, N)
+    keep, metrics = select_groups(returns, rule, values)
+    return [t for t in trajectories if keep[t.group]], metrics
+
+
 class Trainer:
     """StarPO: the models it trains, what the rollout samples with, and its step. Building
     one loads the models and writes nothing; ``loop.RunLoop`` runs it in a run directory."""
@@ -162,6 +184,7 @@ class Trainer:
         metrics.update(diversity_metrics(trajectories))
         kept, filter_metrics = self.filter(trajectories, state.rollbacks)
         metrics.update(filter_metrics)
+        metrics.update(self.credit_metrics(kept))
         started = time.perf_counter()
         if kept:
             state.empty_steps = 0
@@ -216,22 +239,8 @@ class Trainer:
     def filter(
         self, trajectories: list[Trajectory], rollbacks: int = 0
     ) -> tuple[list[Trajectory], dict]:
-        """The rollout filter (algo.filter_*): by default StarPO-S's, the share of groups
-        whose returns vary most (``filter_ratio`` after ``rollbacks`` rollbacks); top_p,
-        min_p and filter_include_zero=false may keep none."""
-        a, n = self.config.algo, self.config.rollout.group_size
-        rule = FilterRule.of(a, filter_ratio(self.config, rollbacks))
-        per_episode = {  # what each METRICS quantity reads of an episode
-            "return": lambda t: t.total_reward,
-            "entropy": lambda t: float(
-                sampled_entropy(torch.tensor(t.logprobs), torch.tensor(t.loss_mask))
-            ),
-            "length": lambda t: float(sum(t.loss_mask)),
-        }[METRICS[rule.metric][0]]
-        returns = torch.tensor([t.total_reward for t in trajectories]).view(-1, n)  # (G, N)
-        values = torch.tensor([per_episode(t) for t in trajectories]).view(-1, n)  # (G, N)
-        keep, metrics = select_groups(returns, rule, values)
-        return [t for t in trajectories if keep[t.group]], metrics
+        """The rollout filter of the run's config (``filter_episodes``)."""
+        return filter_episodes(trajectories, self.config, rollbacks)
 
     def weigh(self, data: UpdateData, kept: list[Trajectory]) -> tuple[UpdateData, dict]:
         """RAGEN-2's weights on the kept episodes' advantages (algo.filter_loss_scaling,
@@ -361,6 +370,20 @@ class Trainer:
             a.gigpo_similarity,
         )
         return ids.to(self.device)
+
+    def credit_metrics(self, kept: list[Trajectory]) -> dict[str, float]:
+        """gigpo: its anchor groups and the size of its two terms over the kept episodes
+        (``monitor.metrics.credit_metrics``); nothing for the other estimators."""
+        a = self.config.algo
+        if a.estimator != "gigpo":
+            return {}
+        return credit_metrics(
+            kept,
+            gamma=a.gigpo_gamma,
+            step_weight=a.gigpo_step_weight,
+            norm_by_std=a.gigpo_mode == "mean_std_norm",
+            similarity=a.gigpo_similarity,
+        )
 
     def critic_first(self, kept: int) -> bool:
         """Whether the update of ``kept`` episodes trains the critic before the policy and
