@@ -1,7 +1,7 @@
 """Generation backends on a Sokoban-shaped multi-turn workload: the cached path against naive.
 
     python -m benchmarks.generator [--groups 4] [--copies 8] [--turns 5] [--prompt-tokens 250]
-        [--env-tokens 60] [--max-new-tokens 64] [--out benchmarks/results/generator.json]
+        [--env-tokens 60] [--max-new-tokens 64] [--lora RANK] [--out FILE]
 
 P groups × N copies of the embedded model's chat dialogues (the copies of a group share
 their prompt, as in StarPO), every episode running all turns: each turn samples a reply of
@@ -15,11 +15,17 @@ where float rounding tips a draw, which the ``identical_replies`` figure counts.
 
 Prints a table (wall time, generated tokens/s, prefilled and reused tokens) and writes JSON
 with a ``speedup`` field (naive wall time / hf wall time). Goal of the rollout issue: ≥ 3.
+
+``--lora RANK`` compares instead what a LoRA run's rollout decodes with, both on the hf
+backend: the policy's adapters kept unmerged in its generation copy (``unmerged``, how
+ragen sampled before) against the copy with them merged in (``merged``,
+``train/generation_weights.py``); ``speedup`` is then unmerged / merged.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -30,6 +36,7 @@ import torch
 
 from ragen import config, envs, models
 from ragen.rollout.engines import Request, make_generator
+from ragen.train.generation_weights import GenerationWeights
 
 GOAL_SPEEDUP = 3.0
 
@@ -70,9 +77,9 @@ def build_workload(tokenizer, args) -> tuple[list[list[int]], list[list[list[int
 class Player:
     """One backend playing the workload turn by turn, with its own contexts and clocks."""
 
-    def __init__(self, name: str, model, tokenizer, prompts, segments, args):
+    def __init__(self, name: str, model, tokenizer, prompts, segments, args, backend=None):
         self.name, self.segments, self.args = name, segments, args
-        self.gen = make_generator(name, model, tokenizer, max_batch=args.max_batch)
+        self.gen = make_generator(backend or name, model, tokenizer, max_batch=args.max_batch)
         self.contexts = {(g, c): list(p) for g, p in enumerate(prompts) for c in range(args.copies)}
         self.replies: list[list[list[int]]] = []
         self.wall: list[float] = []
@@ -95,7 +102,7 @@ class Player:
                 segment = self.segments[request.key[0]][turn]
                 self.contexts[request.key] = request.context_ids + sample.token_ids + segment
         print(
-            f"  {self.name:5} turn {turn + 1}: {self.wall[-1]:6.1f} s wall, "
+            f"  {self.name:8} turn {turn + 1}: {self.wall[-1]:6.1f} s wall, "
             f"{self.cpu[-1]:6.1f} s cpu",
             flush=True,
         )
@@ -131,25 +138,53 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backends", nargs="+", default=["naive", "hf"])
     parser.add_argument(
+        "--lora", type=int, default=0, help="rank: LoRA adapters unmerged against merged"
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=None,
         help="torch threads (default: torch's). Use 1 while others load the machine: with 2 "
         "threads on 2 shared cores, each op waits for a descheduled thread (10x slower here)",
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/generator.json"))
+    parser.add_argument(
+        "--out", type=Path, help="default: benchmarks/results/generator.json (_lora with --lora)"
+    )
     args = parser.parse_args()
+    if args.out is None:
+        args.out = Path(f"benchmarks/results/generator{'_lora' if args.lora else ''}.json")
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    model, tokenizer = models.load_policy(args.model, dtype=args.dtype)
+    if args.lora:
+        model, tokenizer = models.load_policy(args.model, dtype="float32")  # a master's
+        variants = lora_variants(model, args.lora, models.resolve_dtype(args.dtype))
+        model = variants["merged"]
+    else:
+        model, tokenizer = models.load_policy(args.model, dtype=args.dtype)
+        variants = dict.fromkeys(args.backends, model)
     prompts, segments = build_workload(tokenizer, args)
-    players = [Player(n, model, tokenizer, prompts, segments, args) for n in args.backends]
+    backend = "hf" if args.lora else None
+    players = [
+        Player(name, m, tokenizer, prompts, segments, args, backend) for name, m in variants.items()
+    ]
     # The backends take turns, so a busy spell on this shared machine hits both alike.
     for turn in range(args.turns):
         for player in players:
             player.turn(turn)
     report({p.name: p.result() for p in players}, model, args)
+
+
+def lora_variants(master, rank: int, dtype: torch.dtype) -> dict[str, torch.nn.Module]:
+    """The generation copies of ``master`` with rank-``rank`` adapters on every linear
+    layer, in ``dtype``: the adapters unmerged (each layer runs W and then B @ A) and merged
+    into W (what GenerationWeights builds)."""
+    master = models.apply_lora(master, rank, rank, ["all-linear"])
+    unmerged = copy.deepcopy(master).eval()
+    for p in unmerged.parameters():
+        p.requires_grad_(False)
+        p.data = p.data.to(dtype)
+    return {"unmerged": unmerged, "merged": GenerationWeights(master, dtype).model}
 
 
 def report(results: dict, model, args) -> None:
@@ -174,8 +209,9 @@ def report(results: dict, model, args) -> None:
         },
         "backends": {n: {k: v for k, v in r.items() if k != "replies"} for n, r in results.items()},
     }
-    if {"naive", "hf"} <= results.keys():
-        naive, hf = results["naive"], results["hf"]
+    slow, fast = ("unmerged", "merged") if args.lora else ("naive", "hf")
+    if {slow, fast} <= results.keys():
+        naive, hf = results[slow], results[fast]
         pairs = [
             (a, b)
             for ta, tb in zip(naive["replies"], hf["replies"], strict=True)
@@ -184,11 +220,13 @@ def report(results: dict, model, args) -> None:
         summary["identical_replies"] = round(sum(a == b for a, b in pairs) / len(pairs), 3)
         summary["speedup"] = round(naive["wall_s"] / hf["wall_s"], 2)
         summary["speedup_cpu"] = round(naive["cpu_s"] / hf["cpu_s"], 2)
-        summary["goal_speedup"] = GOAL_SPEEDUP
+        if not args.lora:
+            summary["goal_speedup"] = GOAL_SPEEDUP
         print(
-            f"\nspeedup hf / naive: {summary['speedup']:.2f}× wall, {summary['speedup_cpu']:.2f}× "
-            f"cpu (goal ≥ {GOAL_SPEEDUP:g}×), "
-            f"identical replies: {summary['identical_replies']:.0%}"
+            f"\nspeedup {fast} / {slow}: {summary['speedup']:.2f}× wall, "
+            f"{summary['speedup_cpu']:.2f}× cpu"
+            + ("" if args.lora else f" (goal ≥ {GOAL_SPEEDUP:g}×)")
+            + f", identical replies: {summary['identical_replies']:.0%}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")

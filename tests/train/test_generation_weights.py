@@ -5,7 +5,7 @@ import copy
 
 import torch
 
-from ragen import config
+from ragen import config, models
 from ragen.rollout.engines.base import weights_version
 from ragen.train.generation_weights import GenerationWeights
 from ragen.train.trainer import Trainer
@@ -79,3 +79,46 @@ def test_the_trainer_rolls_out_with_the_copy_refreshed_after_the_weights_change(
     # with float32 the rollout samples with the master weights themselves
     plain = Trainer(config.load("bandit", ["model.spec=tiny", "model.dtype=float32"]))
     assert plain.generator.model is plain.m.policy  # type: ignore[attr-defined]
+
+
+def _lora_master(tiny):
+    """The tiny model with rank-2 adapters on the attention's q and v projections, B set
+    nonzero (peft starts it at 0, which would make the merge an identity)."""
+    master = models.apply_lora(copy.deepcopy(tiny[0]), 2, 4, ["q_proj", "v_proj"])
+    with torch.no_grad():
+        for name, p in master.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.linspace(-0.5, 0.5, p.numel()).view_as(p))
+    return master
+
+
+def _want(master, name: str) -> torch.Tensor:
+    """W + (alpha / r) B @ A of one adapted layer, computed by hand."""
+    layer = master.get_submodule(f"base_model.model.{name}")
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    return layer.base_layer.weight + (4 / 2) * b @ a
+
+
+def test_a_lora_master_is_copied_merged_and_follows_its_adapters(tiny):
+    master = _lora_master(tiny)
+    weights = GenerationWeights(master, torch.bfloat16)
+    names = dict(weights.model.named_parameters())
+    assert not any("lora" in name or "base_layer" in name for name in names)  # a plain model
+    q = "model.layers.0.self_attn.q_proj"
+    assert torch.equal(names[f"{q}.weight"], _want(master, q).to(torch.bfloat16))
+    embed = master.get_base_model().model.embed_tokens.weight
+    assert torch.equal(names["model.embed_tokens.weight"], embed.to(torch.bfloat16))
+    ids = torch.tensor([[1, 5, 9, 3, 7]])
+    with torch.no_grad():
+        got = weights.model(ids).logits.float()
+        want = master(ids).logits
+    torch.testing.assert_close(got, want, atol=0.05, rtol=0.05)  # bf16 rounding only
+
+    with torch.no_grad():  # an optimiser step moves the adapters only
+        for name, p in master.named_parameters():
+            if "lora_" in name:
+                p.mul_(-2.0)
+    weights.refresh()
+    v = "model.layers.1.self_attn.v_proj"
+    assert torch.equal(names[f"{v}.weight"], _want(master, v).to(torch.bfloat16))
+    assert torch.equal(names[f"{q}.weight"], _want(master, q).to(torch.bfloat16))
