@@ -36,7 +36,7 @@ import torch
 
 from ragen import config, envs, models
 from ragen.rollout.engines import Request, make_generator
-from ragen.train.generation_weights import GenerationWeights
+from ragen.train.generation_weights import GenerationWeights, frozen_in
 
 GOAL_SPEEDUP = 3.0
 
@@ -180,10 +180,7 @@ def lora_variants(master, rank: int, dtype: torch.dtype) -> dict[str, torch.nn.M
     layer, in ``dtype``: the adapters unmerged (each layer runs W and then B @ A) and merged
     into W (what GenerationWeights builds)."""
     master = models.apply_lora(master, rank, rank, ["all-linear"])
-    unmerged = copy.deepcopy(master).eval()
-    for p in unmerged.parameters():
-        p.requires_grad_(False)
-        p.data = p.data.to(dtype)
+    unmerged = frozen_in(copy.deepcopy(master), dtype)
     return {"unmerged": unmerged, "merged": GenerationWeights(master, dtype).model}
 
 

@@ -69,15 +69,16 @@ def _per_key(values: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
     return per_key(values)[inverse], per_key(torch.ones_like(values))[inverse]
 
 
-def _relative(values: Tensor, keys: Tensor, norm_by_std: bool, eps: float) -> Tensor:
+def _relative(values: Tensor, keys: Tensor, norm_by_std: bool, eps: float) -> tuple[Tensor, Tensor]:
     """(N,) each value minus the mean of the values sharing its key, divided by their
-    unbiased std + eps when ``norm_by_std``; 0 for a key held by one value alone."""
+    unbiased std + eps when ``norm_by_std``; 0 for a key held by one value alone. And (N,)
+    the number of values sharing each one's key."""
     total, count = _per_key(values, keys)
     centred = values - total / count
     if norm_by_std:
         squares, _ = _per_key(centred.square(), keys)
         centred = centred / ((squares / (count - 1).clamp(min=1)).sqrt() + eps)
-    return torch.where(count > 1, centred, torch.zeros_like(centred))
+    return torch.where(count > 1, centred, torch.zeros_like(centred)), count
 
 
 @dataclass(frozen=True)
@@ -114,11 +115,11 @@ def terms(
     valid = turn_valid.bool()
     rows, cols = valid.nonzero(as_tuple=True)  # the step samples, episode by episode
     groups = group_ids.to(rows.device)[rows]
-    episode = _relative(scores.to(work)[rows], groups[:, None], norm_by_std, eps)
+    episode, _ = _relative(scores.to(work)[rows], groups[:, None], norm_by_std, eps)
     returns = discounted_turn_returns(turn_rewards.to(work), valid, gamma)[rows, cols]
     keys = torch.stack([groups, anchor_ids[rows, cols].to(groups.dtype)], dim=1)
-    step = _relative(returns, keys, norm_by_std, eps)
-    return Terms(rows, cols, episode, step, _per_key(returns, keys)[1])
+    step, anchor_size = _relative(returns, keys, norm_by_std, eps)
+    return Terms(rows, cols, episode, step, anchor_size)
 
 
 def gigpo(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 # peft is imported inside apply_lora: importing it takes seconds, paid only by runs that use
@@ -17,3 +18,14 @@ def apply_lora(model, rank: int, alpha: int, targets: Sequence[str]):
     target = "all-linear" if list(targets) == ["all-linear"] else list(targets)
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=target, lora_dropout=0.0)
     return get_peft_model(model, config)
+
+
+def is_lora(model) -> bool:
+    """Whether ``model`` carries LoRA adapters (a peft model)."""
+    return hasattr(model, "peft_config")
+
+
+def merged_copy(model):
+    """A copy of a LoRA ``model`` with its adapters merged into its weights: a plain
+    transformers model. The model itself keeps its adapters, unmerged and untouched."""
+    return copy.deepcopy(model).merge_and_unload()

@@ -13,7 +13,6 @@ and ``load_checkpoint`` together.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import pickle
@@ -25,6 +24,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ragen.models.lora import is_lora, merged_copy
 from ragen.models.progress import without_transformers_bars
 from ragen.run.rundir import RunDir
 from ragen.train import distributed, fsdp
@@ -48,10 +48,6 @@ torch.load's zip and pickle readers, JSON), or one whose tensors do not fit the 
 def _trainable(model) -> dict[str, torch.Tensor]:
     # named_parameters() lists a tied tensor once, so nothing is saved twice
     return {n: p.detach().contiguous() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def _is_lora(model) -> bool:
-    return hasattr(model, "peft_config")
 
 
 def _owners(policy, critic) -> dict:
@@ -136,8 +132,8 @@ def save_checkpoint(
 def _write(folder: Path, policy, tokenizer, whole: _Whole) -> None:
     """Every file of a checkpoint but its state."""
     with without_transformers_bars():
-        if _is_lora(policy):
-            copy.deepcopy(policy).merge_and_unload().save_pretrained(folder)
+        if is_lora(policy):
+            merged_copy(policy).save_pretrained(folder)
             save_file(_trainable(policy), folder / "policy_trainable.safetensors")
         else:
             policy.save_pretrained(folder, state_dict=whole.policy)
@@ -279,7 +275,7 @@ def load_checkpoint(
 ) -> dict:
     """Restore weights and optimiser states from ``path``; returns the trainer state. Every
     rank calls it (sharded models get their shards from rank 0)."""
-    if _is_lora(policy):
+    if is_lora(policy):
         _load_weights(policy, path / "policy_trainable.safetensors", "policy")
     else:
         _load_weights(policy, path / "model.safetensors", "policy")

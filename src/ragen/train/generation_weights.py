@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ragen.models.lora import is_lora, merged_copy
 from ragen.rollout.engines.base import weights_version
 
 COPYING_BACKENDS = frozenset({"hf", "naive"})
@@ -42,12 +43,8 @@ class GenerationWeights:
         self._version: int | None = None
         self._sources: list[tuple[torch.Tensor, Any]] = []
         if dtype != next(master.parameters()).dtype:
-            lora = hasattr(master, "merge_and_unload")
-            copied: Any = copy.deepcopy(master)  # a peft model when lora
-            self.model = (copied.merge_and_unload() if lora else copied).eval()
-            for p in self.model.parameters():
-                p.requires_grad_(False)
-                p.data = p.data.to(dtype)
+            lora = is_lora(master)
+            self.model = frozen_in(merged_copy(master) if lora else copy.deepcopy(master), dtype)
             self._sources = _sources(self.model, master) if lora else []
             self._version = weights_version(master)
 
@@ -71,6 +68,15 @@ class GenerationWeights:
                 for mine, theirs in pairs:
                     mine.copy_(theirs)  # bumps the copy's versions: the generator drops caches
         self._version = version
+
+
+def frozen_in(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """``model`` itself, in eval mode, its parameters cast to ``dtype`` and frozen (buffers
+    stay as they are)."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+        p.data = p.data.to(dtype)
+    return model.eval()
 
 
 def _sources(merged: torch.nn.Module, master: Any) -> list[tuple[torch.Tensor, Any]]:

@@ -30,7 +30,6 @@ guard, as ``ragen`` and the benchmarks have.
 
 from __future__ import annotations
 
-import copy
 import shutil
 import tempfile
 import weakref
@@ -40,6 +39,7 @@ from typing import Any
 import torch
 
 from ragen import phases
+from ragen.models.lora import is_lora, merged_copy
 from ragen.models.progress import without_transformers_bars
 from ragen.rollout.engines.base import (
     Engine,
@@ -121,10 +121,8 @@ def _check_cpu_head_dim(model) -> None:
 
 def save_weights(model, folder: str) -> None:
     """Write ``model`` to ``folder`` as a plain transformers checkpoint (LoRA merged in)."""
-    if hasattr(model, "merge_and_unload"):
-        # A peft model saves only its adapters; vLLM needs the merged weights. A copy is
-        # merged so the trained model keeps its adapters unmerged and untouched.
-        model = copy.deepcopy(model).merge_and_unload()
+    if is_lora(model):  # a peft model saves only its adapters; vLLM needs merged weights
+        model = merged_copy(model)
     with without_transformers_bars():
         model.save_pretrained(folder, safe_serialization=True)
 
