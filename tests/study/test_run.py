@@ -418,3 +418,72 @@ def test_a_rerun_never_moves_a_folder_a_live_run_writes(tmp_path, study_file):
     runner.run_all(planned[:1], out, study="tiny", scale="cpu", launch=in_process(calls))
     assert calls == [("keep-all", False)]  # its writer gone, the folder is set aside as before
     assert (out / "keep-all" / "seed-0.incomplete-1" / "metrics.jsonl").is_file()
+
+
+def _status(study_file, out, capsys) -> str:
+    assert main(["study", str(study_file), "--out", str(out), "--status"]) == 0
+    return capsys.readouterr().out
+
+
+def test_status_reads_each_runs_state_and_the_table_so_far(
+    tmp_path, study_file, monkeypatch, capsys
+):
+    out = tmp_path / "out"
+    assert _status(study_file, out, capsys) == (
+        f"nothing has run in {out} yet: 2 runs planned (`--plan` prints their commands)\n"
+    )
+    assert not out.exists()  # it reads only
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)
+    save = RunLoop.maybe_checkpoint
+
+    def killed_after_first_checkpoint(self, step, last=False):
+        save(self, step, last)
+        if self.config.algo.filter_ratio == 0.5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunLoop, "maybe_checkpoint", killed_after_first_checkpoint)
+    with pytest.raises(runner.StudyError):
+        runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process([]))
+    capsys.readouterr()
+    state = json.loads((out / runner.STATE_FILE).read_text())
+    first = state["runs"]["keep-all/seed-0"]["minutes"]
+    shown = _status(study_file, out, capsys)
+    lines = shown.splitlines()
+    assert lines[0] == f"tiny, 1 seed(s), in {out}: 1 of 2 runs done"
+    assert lines[1] == f"  done     keep-all seed 0   {first:6.1f} min"
+    assert lines[2].startswith("  failed   keep-half seed 0")
+    assert lines[2].endswith(
+        "1 of 2 steps logged, exit status 130; resumes from its checkpoint at step 1"
+    )
+    assert lines[3] == "no study process is running: the same `ragen study` command goes on"
+    # The table so far has the finished run's row only; the expectation needs both.
+    assert "| keep-all | `bandit` | 1 |" in shown and "| keep-half |" not in shown
+    assert "- Expected keep-all above keep-half: not measured." in shown
+
+    # A study killed outright leaves its run "running" with no process behind it.
+    state["runs"]["keep-half/seed-0"]["status"] = "running"
+    (out / runner.STATE_FILE).write_text(json.dumps(state))
+    assert "  stopped  keep-half seed 0" in _status(study_file, out, capsys)
+    with lock.hold(RunDir(out / "keep-half" / "seed-0")), lock.hold(RunDir(out)):
+        shown = _status(study_file, out, capsys).splitlines()
+    mine = f"pid {os.getpid()} on host {socket.gethostname()}"
+    assert "1 of 2 steps logged; written by " + mine in shown[2]
+    assert shown[3].startswith(f"the study is running: {mine}")
+    assert json.loads((out / runner.STATE_FILE).read_text()) == state  # nothing written
+
+    monkeypatch.setattr(RunLoop, "maybe_checkpoint", save)
+    runner.run_all(planned, out, study="tiny", scale="cpu", launch=in_process([]))
+    state = runner.StudyState(out, "tiny", "cpu")
+    finished = outputs.write_outputs(spec.load_study(str(study_file)), "cpu", planned, state, out)
+    capsys.readouterr()
+    shown = _status(study_file, out, capsys)
+    assert "all runs done: the same `ragen study` command writes the report and table" in shown
+    assert shown.endswith("The runs done so far:\n\n" + finished.table)
+
+
+def test_status_of_a_folder_holding_another_study_is_refused(tmp_path, study_file, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / runner.STATE_FILE).write_text('{"study": "other", "scale": "cpu", "runs": {}}')
+    assert main(["study", str(study_file), "--out", str(out), "--status"]) == 1
+    assert "holds the study 'other'" in capsys.readouterr().err

@@ -1,10 +1,11 @@
 """The ``ragen study`` command: list the shipped studies, plan one, or run it.
 
     ragen study list
-    ragen study NAME|FILE [--scale cpu|paper] [--seeds K] [--out DIR] [--plan]
+    ragen study NAME|FILE [--scale cpu|paper] [--seeds K] [--out DIR] [--plan | --status]
 
 The default ``--out`` is fixed by the study and scale (``runs/study-NAME-SCALE``), so running
-the same command again after a kill continues the study where it stopped.
+the same command again after a kill continues the study where it stopped, and ``--status``
+with the same arguments reads where it stands (status.py).
 """
 
 from __future__ import annotations
@@ -48,8 +49,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", help="study folder (default: runs/study-NAME-SCALE; the same one resumes)"
     )
-    parser.add_argument(
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
         "--plan", action="store_true", help="print the runs' commands and stop; nothing runs"
+    )
+    shown.add_argument(
+        "--status",
+        action="store_true",
+        help="print each run's state, the time left and the table of the runs done so far; "
+        "reads only (safe while the study runs)",
     )
     parser.add_argument(
         "--keep-checkpoints",
@@ -79,6 +87,15 @@ def run(args: argparse.Namespace) -> int:
     planned = plan(study, args.scale, seeds, out, tuple(args.overrides))
     if args.overrides:
         check_planned(planned, args.scale)  # the study's own were judged as it loaded
+    if args.status:
+        from ragen.study.status import show_status  # the table's modules load only here
+
+        try:
+            print(show_status(study, key, args.scale, seeds, planned, out), end="")
+        except StudyError as err:
+            print(f"ragen: {err}", file=sys.stderr)
+            return EXIT_FAIL
+        return 0
     if args.plan:
         for p in planned:
             print(shlex.join(["ragen", *command_line(p, resume=False)]))

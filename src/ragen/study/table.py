@@ -214,7 +214,10 @@ def over_seeds(measured: Sequence[Measured]) -> Estimate:
 
 
 def judge(want: Expectation, rows: dict[str, RowResult]) -> Verdict:
-    """Whether ``want.higher`` ended above ``want.lower`` beyond the noise."""
+    """Whether ``want.higher`` ended above ``want.lower`` beyond the noise; not measured
+    where ``rows`` lacks either run (a study's table before that run has a seed done)."""
+    if any(name.removesuffix(START) not in rows for name in (want.higher, want.lower)):
+        return Verdict(want.higher, want.lower, None, None, None, "not measured")
     high, low = _side(want.higher, rows), _side(want.lower, rows)
     if high.mean is None or low.mean is None:
         return Verdict(want.higher, want.lower, None, None, None, "not measured")

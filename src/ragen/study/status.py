@@ -1,0 +1,134 @@
+"""``ragen study NAME --status``: where a study stands, read from its folder while it runs or
+after it stopped. Each planned run is done, running, stopped (the study that ran it died:
+the step its checkpoint resumes from, or none), failed, or still to run; then the time left
+at the pace of the runs done, and the table of the runs done so far. It only reads: nothing
+is launched, moved, locked or written, so it is safe beside the study's own process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragen.report.runs import load_run
+from ragen.run.jsonl import read_jsonl
+from ragen.run.lock import holder
+from ragen.run.rundir import RunDir
+from ragen.study.outputs import rows_of
+from ragen.study.runner import StudyState, time_left
+from ragen.study.spec import SFT, TRAIN, PlannedRun, Study, expectations_at
+from ragen.study.table import judge, table_markdown
+from ragen.train.checkpoint import complete_checkpoints
+
+DONE, RUNNING, STOPPED, FAILED, TO_RUN = "done", "running", "stopped", "failed", "to run"
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """One planned run as its folder and study.json show it now."""
+
+    run: PlannedRun
+    status: str
+    """DONE, RUNNING (a live process holds its folder's lock), STOPPED (study.json says
+    running but no process does), FAILED or TO_RUN."""
+    minutes: float | None
+    logged: int
+    """Steps in its metrics.jsonl (0 for a run not started)."""
+    steps: int | None
+    """Steps it is planned to take (``trainer.steps``, or ``sft.steps`` for a warm start);
+    None where not asked (a run done or to run)."""
+    checkpoint: int | None
+    """The step its last intact checkpoint resumes from; None without one."""
+    writer: str | None
+    """The live process writing its folder (pid, host, since)."""
+    exit_status: int | None = None
+
+
+def progress_of(run: PlannedRun, state: StudyState) -> RunProgress:
+    """``run``'s status, minutes and, for a run begun and not done, its steps and checkpoint."""
+    entry = state.data["runs"].get(f"{run.name}/seed-{run.seed}", {})
+    recorded = entry.get("status")
+    minutes = entry.get("minutes")
+    minutes = float(minutes) if isinstance(minutes, int | float) else None
+    folder = RunDir(run.root)
+    writer = holder(folder)
+    if recorded == DONE:
+        return RunProgress(run, DONE, minutes, 0, None, None, None)
+    if recorded is None and writer is None:
+        return RunProgress(run, TO_RUN, None, 0, None, None, None)
+    status = RUNNING if writer is not None else (FAILED if recorded == FAILED else STOPPED)
+    logged = len(read_jsonl(folder.metrics).records)
+    settings = run.settings()
+    steps = settings["sft.steps" if run.command == SFT else "trainer.steps"]
+    done = complete_checkpoints(folder)
+    checkpoint = int(done[-1].name.removeprefix("step_")) if done else None
+    code = entry.get("exit_status")
+    exit_status = code if isinstance(code, int) else None
+    return RunProgress(run, status, minutes, logged, steps, checkpoint, writer, exit_status)
+
+
+def _line(p: RunProgress, width: int) -> str:
+    label = f"{p.run.label:<{width}}"
+    minutes = "" if p.minutes is None else f"  {p.minutes:6.1f} min"
+    if p.status in (DONE, TO_RUN):
+        return f"  {p.status:<8} {label}{minutes}".rstrip()
+    said = f"  {p.status:<8} {label}{minutes}  {p.logged} of {p.steps} steps logged"
+    if p.status == RUNNING:
+        return f"{said}; written by {p.writer}"
+    if p.status == FAILED and p.exit_status is not None:
+        said += f", exit status {p.exit_status}"
+    if p.checkpoint is None:
+        return f"{said}; no checkpoint: it starts again (its folder set aside)"
+    return f"{said}; resumes from its checkpoint at step {p.checkpoint}"
+
+
+def status_text(study_key: str, seeds: int, planned: list[PlannedRun], state: StudyState) -> str:
+    """Each planned run's line, who runs the study, and the time left."""
+    out = state.path.parent
+    progress = [progress_of(p, state) for p in planned]
+    done = sum(p.status == DONE for p in progress)
+    warm = sum(p.command == SFT for p in planned)
+    also = f" ({warm} of them warm starts)" if warm else ""
+    lines = [f"{study_key}, {seeds} seed(s), in {out}: {done} of {len(planned)} runs done{also}"]
+    width = max(len(p.label) for p in planned)
+    lines += [_line(p, width) for p in progress]
+    runner = holder(RunDir(out))
+    if done == len(planned):
+        lines.append("all runs done: the same `ragen study` command writes the report and table")
+    elif runner is not None:
+        lines.append(f"the study is running: {runner}")
+    else:
+        lines.append("no study process is running: the same `ragen study` command goes on")
+    left = time_left(planned, state)
+    if left is not None and done < len(planned):
+        lines.append(f"about {left / 60:.1f} h left at the pace of the runs done")
+    return "\n".join(lines) + "\n"
+
+
+def table_so_far(
+    study: Study, scale: str, planned: list[PlannedRun], state: StudyState
+) -> str | None:
+    """table.md of the runs done so far (each row over its seeds done; an expectation whose
+    runs have none yet is not measured); None before the first run is done."""
+    done = [p for p in planned if p.command == TRAIN and state.is_done(p)]
+    if not done:
+        return None
+    rows = rows_of(study, done, state, {p.root: load_run(p.root) for p in done})
+    verdicts = [judge(want, {r.name: r for r in rows}) for want in expectations_at(study, scale)]
+    return table_markdown(study, scale, rows, verdicts)
+
+
+def show_status(
+    study: Study, study_key: str, scale: str, seeds: int, planned: list[PlannedRun], out: Path
+) -> str:
+    """What ``--status`` prints. Raises StudyError when ``out`` holds another study."""
+    if not out.is_dir():
+        return (
+            f"nothing has run in {out} yet: {len(planned)} runs planned "
+            "(`--plan` prints their commands)\n"
+        )
+    state = StudyState(out, study_key, scale)
+    text = status_text(study_key, seeds, planned, state)
+    table = table_so_far(study, scale, planned, state)
+    if table is None:
+        return text
+    return f"{text}\nThe runs done so far:\n\n{table}"
