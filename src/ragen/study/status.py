@@ -77,7 +77,8 @@ def _line(p: RunProgress, width: int) -> str:
     if p.status == FAILED and p.exit_status is not None:
         said += f", exit status {p.exit_status}"
     if p.checkpoint is None:
-        return f"{said}; no checkpoint: it starts again (its folder set aside)"
+        aside = ", its folder set aside" if p.run.root.exists() else ""
+        return f"{said}; no checkpoint: it starts again{aside}"
     return f"{said}; resumes from its checkpoint at step {p.checkpoint}"
 
 
