@@ -478,7 +478,8 @@ def test_status_reads_each_runs_state_and_the_table_so_far(
     capsys.readouterr()
     shown = _status(study_file, out, capsys)
     assert "all runs done: the same `ragen study` command writes the report and table" in shown
-    assert shown.endswith("The runs done so far:\n\n" + finished.table)
+    said = "each expectation judged on the seeds both its runs have done"
+    assert shown.endswith(f"The runs done so far ({said}):\n\n" + finished.table)
 
 
 def test_status_of_a_folder_holding_another_study_is_refused(tmp_path, study_file, capsys):

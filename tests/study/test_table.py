@@ -258,3 +258,26 @@ def test_a_hand_edited_template_is_left_out(tmp_path):
     seed = table.seed_result(run, 0, _study(metric="eval/frozen-lake/success", tail=1), None)
     assert (seed.end.template_share, seed.end.template, seed.change) == (None, None, None)
     assert seed.start.template_share == 0.0 and seed.end.value == 0.25
+
+
+def _seed(seed, end):
+    m = table.Measured(end)
+    return table.SeedResult(seed, 8, m, m, None, None, {}, None, None, None)
+
+
+def test_a_study_in_progress_judges_each_expectation_on_the_seeds_both_runs_did():
+    from ragen.study.status import on_common_seeds
+
+    a = table.row_result("a", "bandit", [_seed(0, 0.6), _seed(1, 0.9)], None, [])
+    b = table.row_result("b", "bandit", [_seed(0, 0.5)], None, [])
+    assert a.end.mean == pytest.approx(0.75)  # the row shows both of a's seeds
+    cut = on_common_seeds(Expectation("a", "b"), {"a": a, "b": b}, [])
+    assert [s.seed for s in cut["a"].seeds] == [0] and cut["a"].end.mean == pytest.approx(0.6)
+    assert cut["b"] is not b and cut["b"].end.mean == pytest.approx(0.5)
+    verdict = table.judge(Expectation("a", "b"), cut)
+    assert verdict.difference == pytest.approx(0.1)  # not 0.25: seed 1 is a's alone
+    # no seed in common, or a run with none done: not measured
+    c = table.row_result("c", "bandit", [_seed(2, 0.1)], None, [])
+    none = on_common_seeds(Expectation("c", "b"), {"b": b, "c": c}, [])
+    assert table.judge(Expectation("c", "b"), none).outcome == "not measured"
+    assert table.judge(Expectation("a", "d"), {"a": a}).outcome == "not measured"

@@ -1,4 +1,5 @@
-"""The ``ragen study`` command: list the shipped studies, plan one, or run it.
+"""The ``ragen study`` command: list the shipped studies, plan one, run it, or show where it
+stands.
 
     ragen study list
     ragen study NAME|FILE [--scale cpu|paper] [--seeds K] [--out DIR] [--plan | --status]

@@ -6,6 +6,7 @@ is launched, moved, locked or written, so it is safe beside the study's own proc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from ragen.run.lock import holder
 from ragen.run.rundir import RunDir
 from ragen.study.outputs import rows_of
 from ragen.study.runner import StudyState, time_left
-from ragen.study.spec import SFT, TRAIN, PlannedRun, Study, expectations_at
-from ragen.study.table import judge, table_markdown
+from ragen.study.spec import SFT, START, TRAIN, Expectation, PlannedRun, Study, expectations_at
+from ragen.study.table import RowResult, judge, row_result, table_markdown
 from ragen.train.checkpoint import complete_checkpoints
 
 DONE, RUNNING, STOPPED, FAILED, TO_RUN = "done", "running", "stopped", "failed", "to run"
@@ -105,16 +106,38 @@ def status_text(study_key: str, seeds: int, planned: list[PlannedRun], state: St
     return "\n".join(lines) + "\n"
 
 
+def on_common_seeds(
+    want: Expectation, rows: dict[str, RowResult], columns: Sequence[str]
+) -> dict[str, RowResult]:
+    """``rows`` with the runs ``want`` compares cut to the seeds both have done: a mean over
+    seeds 0 and 1 against one over seed 0 alone would compare the seeds as well as the runs."""
+    names = {name.removesuffix(START) for name in (want.higher, want.lower)}
+    if not names <= rows.keys():
+        return rows
+    common = set.intersection(*({s.seed for s in rows[name].seeds} for name in names))
+    cut = dict(rows)
+    for name in names:
+        row = rows[name]
+        seeds = [s for s in row.seeds if s.seed in common]
+        cut[name] = row_result(name, row.preset, seeds, row.paper, columns)
+    return cut
+
+
 def table_so_far(
     study: Study, scale: str, planned: list[PlannedRun], state: StudyState
 ) -> str | None:
-    """table.md of the runs done so far (each row over its seeds done; an expectation whose
-    runs have none yet is not measured); None before the first run is done."""
+    """table.md of the runs done so far: each row over its seeds done, each expectation
+    judged on the seeds both its runs have done (not measured before there is one); None
+    before the first run is done."""
     done = [p for p in planned if p.command == TRAIN and state.is_done(p)]
     if not done:
         return None
     rows = rows_of(study, done, state, {p.root: load_run(p.root) for p in done})
-    verdicts = [judge(want, {r.name: r for r in rows}) for want in expectations_at(study, scale)]
+    by_name = {r.name: r for r in rows}
+    verdicts = [
+        judge(want, on_common_seeds(want, by_name, study.columns))
+        for want in expectations_at(study, scale)
+    ]
     return table_markdown(study, scale, rows, verdicts)
 
 
@@ -132,4 +155,5 @@ def show_status(
     table = table_so_far(study, scale, planned, state)
     if table is None:
         return text
-    return f"{text}\nThe runs done so far:\n\n{table}"
+    said = "each expectation judged on the seeds both its runs have done"
+    return f"{text}\nThe runs done so far ({said}):\n\n{table}"
