@@ -89,7 +89,7 @@ def status_text(study_key: str, seeds: int, planned: list[PlannedRun], state: St
     progress = [progress_of(p, state) for p in planned]
     done = sum(p.status == DONE for p in progress)
     warm = sum(p.command == SFT for p in planned)
-    also = f" ({warm} of them warm starts)" if warm else ""
+    also = f" (the {len(planned)} include {warm} warm starts)" if warm else ""
     lines = [f"{study_key}, {seeds} seed(s), in {out}: {done} of {len(planned)} runs done{also}"]
     width = max(len(p.label) for p in planned)
     lines += [_line(p, width) for p in progress]
