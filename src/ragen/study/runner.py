@@ -181,11 +181,15 @@ class StudyState:
                 "undo that change, or run the study in a new --out"
             )
 
+    def entry(self, run: PlannedRun) -> dict:
+        """What study.json records of ``run`` (empty before it first starts)."""
+        return self.data["runs"].get(_key(run), {})
+
     def is_done(self, run: PlannedRun) -> bool:
-        return self.data["runs"].get(_key(run), {}).get("status") == "done"
+        return self.entry(run).get("status") == "done"
 
     def minutes(self, run: PlannedRun) -> float | None:
-        return self.data["runs"].get(_key(run), {}).get("minutes")
+        return self.entry(run).get("minutes")
 
     def mark(self, run: PlannedRun, status: str, **extra) -> None:
         if _key(run) not in self.data["runs"]:

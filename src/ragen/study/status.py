@@ -18,7 +18,7 @@ from ragen.study.outputs import rows_of
 from ragen.study.runner import StudyState, time_left
 from ragen.study.spec import SFT, START, TRAIN, Expectation, PlannedRun, Study, expectations_at
 from ragen.study.table import RowResult, judge, row_result, table_markdown
-from ragen.train.checkpoint import complete_checkpoints
+from ragen.train.checkpoint import complete_checkpoints, steps_done
 
 DONE, RUNNING, STOPPED, FAILED, TO_RUN = "done", "running", "stopped", "failed", "to run"
 
@@ -46,14 +46,14 @@ class RunProgress:
 
 def progress_of(run: PlannedRun, state: StudyState) -> RunProgress:
     """``run``'s status, minutes and, for a run begun and not done, its steps and checkpoint."""
-    entry = state.data["runs"].get(f"{run.name}/seed-{run.seed}", {})
+    entry = state.entry(run)
     recorded = entry.get("status")
-    minutes = entry.get("minutes")
-    minutes = float(minutes) if isinstance(minutes, int | float) else None
-    folder = RunDir(run.root)
-    writer = holder(folder)
+    minutes = state.minutes(run)
+    minutes = float(minutes) if isinstance(minutes, int | float) else None  # a hand edit
     if recorded == DONE:
         return RunProgress(run, DONE, minutes, 0, None, None, None)
+    folder = RunDir(run.root)
+    writer = holder(folder)
     if recorded is None and writer is None:
         return RunProgress(run, TO_RUN, None, 0, None, None, None)
     status = RUNNING if writer is not None else (FAILED if recorded == FAILED else STOPPED)
@@ -61,7 +61,7 @@ def progress_of(run: PlannedRun, state: StudyState) -> RunProgress:
     settings = run.settings()
     steps = settings["sft.steps" if run.command == SFT else "trainer.steps"]
     done = complete_checkpoints(folder)
-    checkpoint = int(done[-1].name.removeprefix("step_")) if done else None
+    checkpoint = steps_done(done[-1]) if done else None
     code = entry.get("exit_status")
     exit_status = code if isinstance(code, int) else None
     return RunProgress(run, status, minutes, logged, steps, checkpoint, writer, exit_status)

@@ -178,7 +178,7 @@ def best_checkpoint(run: RunDir) -> Path | None:
     for path in complete_checkpoints(run):
         success = json.loads((path / STATE_FILE).read_text()).get("eval_success")
         if isinstance(success, int | float):
-            scored.append((success, int(path.name.removeprefix("step_")), path))
+            scored.append((success, steps_done(path), path))
     return max(scored)[2] if scored else None
 
 
@@ -189,13 +189,18 @@ def written_by(path: Path) -> str | None:
     return loop if isinstance(loop, str) else None
 
 
+def steps_done(path: Path) -> int:
+    """The steps the checkpoint at ``path`` (a ``step_N`` folder) holds: N."""
+    return int(path.name.removeprefix("step_"))
+
+
 def checkpoint_folders(run: RunDir) -> list[Path]:
     """Every ``step_N`` folder, oldest first, intact or not (temporary and discarded folders
     have hidden names, never matched here)."""
     if not run.checkpoints.is_dir():
         return []
     found = [p for p in run.checkpoints.glob("step_*") if p.is_dir()]
-    return sorted(found, key=lambda p: int(p.name.removeprefix("step_")))
+    return sorted(found, key=steps_done)
 
 
 def complete_checkpoints(run: RunDir) -> list[Path]:

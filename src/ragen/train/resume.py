@@ -57,7 +57,7 @@ def check_resume(run: RunDir, saved: Config, asked: Config, *, sft: bool = False
             f"--resume {run.root}`, or start a new run from one of its checkpoints with "
             f"model.spec={done[-1]}"
         )
-    steps_done = int(done[-1].name.removeprefix("step_")) if done else 0
+    steps_done = checkpoint.steps_done(done[-1]) if done else 0
     key = "sft.steps" if sft else "trainer.steps"
     steps = asked.sft.steps if sft else asked.trainer.steps
     if steps < steps_done:
@@ -106,7 +106,7 @@ def resume(run: RunDir, m: Models) -> tuple[int, dict]:
             check_visible(path)
             problem, state = _load(path, m)
         if problem is None:
-            step = int(path.name.removeprefix("step_"))
+            step = checkpoint.steps_done(path)
             if skipped:
                 say(f"resuming from {path.name}; skipped {'; '.join(skipped)}")
             break

@@ -28,7 +28,7 @@ from ragen.config import Config, load_run, validate
 from ragen.run.jsonl import write_atomic
 from ragen.run.rundir import RunDir, create_run_dir, read_stage_record, rewrite_config
 from ragen.train import distributed
-from ragen.train.checkpoint import complete_checkpoints
+from ragen.train.checkpoint import complete_checkpoints, steps_done
 from ragen.train.preflight import check_expert, check_references
 from ragen.train.resume import check_resume
 
@@ -79,7 +79,7 @@ def finish(stage: RunDir, c: Config, minutes: float) -> dict:
     last = complete_checkpoints(stage)[-1]  # a run always saves its last step
     record = {
         "checkpoint": str(last.resolve()),
-        "steps": int(last.name.removeprefix("step_")),
+        "steps": steps_done(last),
         "minutes": round(minutes, 3),
         "rl_max_minutes": rl_minutes(c.trainer.max_minutes, minutes),
     }
