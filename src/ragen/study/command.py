@@ -2,7 +2,8 @@
 stands.
 
     ragen study list
-    ragen study NAME|FILE [--scale cpu|paper] [--seeds K] [--out DIR] [--plan | --status]
+    ragen study NAME|FILE [--scale cpu|paper] [--seeds K] [--out DIR] [--adopt DIR]
+                         [--plan | --status]
 
 The default ``--out`` is fixed by the study and scale (``runs/study-NAME-SCALE``), so running
 the same command again after a kill continues the study where it stopped, and ``--status``
@@ -50,11 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", help="study folder (default: runs/study-NAME-SCALE; the same one resumes)"
     )
-    shown = parser.add_mutually_exclusive_group()
-    shown.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--plan", action="store_true", help="print the runs' commands and stop; nothing runs"
     )
-    shown.add_argument(
+    mode.add_argument(
         "--status",
         action="store_true",
         help="print each run's state, the time left and the table of the runs done so far; "
@@ -64,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep-checkpoints",
         action="store_true",
         help="keep each finished run's checkpoints (default: removed, the study reads its logs)",
+    )
+    mode.add_argument(
+        "--adopt",
+        metavar="DIR",
+        help="first take the finished runs that DIR (a copy of a study folder's RUN/seed-K "
+        "logs, without checkpoints) holds as done; the study runs the rest",
     )
     parser.add_argument(
         "overrides",
@@ -108,7 +115,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         with stopping_on_sigterm():
             state = run_all(
-                planned, out, study=key, scale=args.scale, keep_checkpoints=args.keep_checkpoints
+                planned,
+                out,
+                study=key,
+                scale=args.scale,
+                keep_checkpoints=args.keep_checkpoints,
+                adopt_from=Path(args.adopt) if args.adopt else None,
             )
     except StudyError as err:
         print(f"ragen: {err}", file=sys.stderr)

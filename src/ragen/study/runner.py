@@ -121,7 +121,8 @@ def stopping_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
-def _key(run: PlannedRun) -> str:
+def run_key(run: PlannedRun) -> str:
+    """``RUN/seed-K``: how study.json names ``run``."""
     return f"{run.name}/seed-{run.seed}"
 
 
@@ -157,7 +158,7 @@ class StudyState:
         preset or overrides, or the same ones resolving to other values (the preset file or
         ragen's defaults changed since it started). A setting that one side lacks (a key
         ragen added or removed since) is not compared."""
-        saved = self.data["runs"].get(_key(run))
+        saved = self.data["runs"].get(run_key(run))
         if saved is None:
             return
         asked = {"preset": run.preset, "overrides": list(run.overrides)}
@@ -183,7 +184,7 @@ class StudyState:
 
     def entry(self, run: PlannedRun) -> dict:
         """What study.json records of ``run`` (empty before it first starts)."""
-        return self.data["runs"].get(_key(run), {})
+        return self.data["runs"].get(run_key(run), {})
 
     def is_done(self, run: PlannedRun) -> bool:
         return self.entry(run).get("status") == "done"
@@ -192,14 +193,14 @@ class StudyState:
         return self.entry(run).get("minutes")
 
     def mark(self, run: PlannedRun, status: str, **extra) -> None:
-        if _key(run) not in self.data["runs"]:
-            self.data["runs"][_key(run)] = {
+        if run_key(run) not in self.data["runs"]:
+            self.data["runs"][run_key(run)] = {
                 "preset": run.preset,
                 "overrides": list(run.overrides),
                 "minutes": 0.0,
                 "settings": _as_json(run.settings()),
             }
-        entry = self.data["runs"][_key(run)]
+        entry = self.data["runs"][run_key(run)]
         entry.update(status=status, at=datetime.now(UTC).isoformat(timespec="seconds"), **extra)
         with RunDir(self.path.parent).writing(self.path, then=AGAIN):
             write_atomic(self.path, json.dumps(self.data, indent=1) + "\n")
@@ -233,15 +234,21 @@ def run_all(
     launch: Launch = launch_process,
     say: Callable[[str], None] = print,
     keep_checkpoints: bool = False,
+    adopt_from: Path | None = None,
 ) -> StudyState:
     """Run every planned run not yet done, in order; returns the state once all are.
-    A run that finishes loses its checkpoints unless ``keep_checkpoints``. Raises
+    First, with ``adopt_from``, the finished runs that folder keeps logs of are adopted
+    (adopt.py). A run that finishes loses its checkpoints unless ``keep_checkpoints``. Raises
     StudyError at the first run that fails, RunDirError if another process runs a study in
     ``out`` or a write fails (a full disk)."""
     with hold(RunDir(out)):  # creates ``out``
         state = StudyState(out, study, scale)
         for run in planned:
             state.check_settings(run)  # all refused before any run starts
+        if adopt_from is not None:
+            from ragen.study.adopt import adopt  # it reads this module's study record
+
+            adopt(planned, state, adopt_from, say)
         for i, run in enumerate(planned, 1):
             head = f"[study {i}/{len(planned)}] {run.label}"
             if state.is_done(run):

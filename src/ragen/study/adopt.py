@@ -1,0 +1,155 @@
+"""Taking a study's finished runs from kept logs (``ragen study NAME --adopt DIR``).
+
+A study folder holds checkpoints of gigabytes, so what outlives a machine is usually a copy
+of its runs' logs: ``DIR/RUN/seed-K`` with config.yaml, metrics.jsonl and eval.jsonl (and
+any other file of the run folder), perhaps DIR/study.json. Adopting copies each such run
+that the study plans, has not done and has no folder for, into ``OUT/RUN/seed-K`` (no
+checkpoints) and records it done, so the study runs only the rest.
+
+A run is adopted only when its logs show it finished, and never when its settings are not
+the ones the study asks for now (that is refused, as a changed study is). A warm start is
+adopted only when every run that starts from it is done or adopted too: its checkpoint,
+which logs do not carry, is what those runs start from, so otherwise it is made again (with
+the same settings and seed, on the same machine, the same weights).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from ragen.config.loading import read_yaml
+from ragen.run.jsonl import read_jsonl
+from ragen.run.rundir import RunDir
+from ragen.study.runner import STATE_FILE, StudyError, StudyState, run_key
+from ragen.study.spec import SFT, PlannedRun, flat_settings
+
+LAUNCH_KEYS = frozenset({"model.spec", "trainer.eval_before_cache", "sft.warm_start"})
+"""Settings a launch writes into a run's config.yaml beside what the study planned (the warm
+start's checkpoint, the study's evaluation cache; `ragen sft` and a run's own warm start
+turn sft.warm_start off), so never compared."""
+STAGE_KEYS = frozenset({"trainer.max_minutes"})
+"""Also rewritten in the RL stage of a run with its own warm start (the budget it left)."""
+NOT_COPIED = ("checkpoints", ".*")
+"""What of a kept run folder is not copied: checkpoints (a done run's are removed anyway),
+a writer's lock, and hidden temporary files."""
+
+
+def adopt(
+    planned: list[PlannedRun],
+    state: StudyState,
+    kept: Path,
+    say: Callable[[str], None] = print,
+) -> list[PlannedRun]:
+    """Copy the runs of ``planned`` that ``kept`` holds finished into their folders and
+    mark them done in ``state``; returns them. Raises StudyError when ``kept`` is not a
+    folder, its study.json is unreadable or another study's, or a kept run was run with
+    other settings than ``planned`` gives it; ConfigError when its config.yaml cannot be
+    read."""
+    if not kept.is_dir():
+        raise StudyError(f"--adopt {kept}: no such folder (a copy of a study folder's runs)")
+    recorded = _kept_record(kept, state)
+    finished: dict[str, tuple[PlannedRun, Path, float | None]] = {}
+    for run in planned:
+        source = kept / run.name / f"seed-{run.seed}"
+        if state.is_done(run) or run.root.exists() or not source.is_dir():
+            continue
+        _check_settings(run, source)
+        why_not = _unfinished(run, source, recorded.get(run_key(run)))
+        if why_not:
+            say(f"not adopted: {source} ({why_not}); the study runs it")
+            continue
+        finished[run_key(run)] = (run, source, _minutes(source, recorded.get(run_key(run))))
+    adopted = []
+    for run in planned:
+        if run_key(run) not in finished:
+            continue
+        if run.command == SFT and not _all_from_it_done(run, planned, state, finished):
+            say(
+                f"not adopted: {finished[run_key(run)][1]} (runs left start from its checkpoint, "
+                "which logs do not hold); the study makes it again"
+            )
+            continue
+        _, source, minutes = finished[run_key(run)]
+        shutil.copytree(source, run.root, ignore=shutil.ignore_patterns(*NOT_COPIED))
+        state.mark(run, "done", minutes=minutes, adopted_from=str(source))
+        say(f"adopted {run.label} from {source}")
+        adopted.append(run)
+    return adopted
+
+
+def _kept_record(kept: Path, state: StudyState) -> dict[str, dict]:
+    """The runs ``kept``'s study.json records (none without one); it must be the study and
+    scale of ``state``."""
+    path = kept / STATE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        runs = saved["runs"]
+        if not isinstance(runs, dict):
+            raise TypeError("runs must be a mapping")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise StudyError(
+            f"{path} is unreadable ({type(err).__name__}): move it out of {kept} to adopt its "
+            "runs by their logs alone"
+        ) from None
+    mine = (state.data["study"], state.data["scale"])
+    if (saved.get("study"), saved.get("scale")) != mine:
+        raise StudyError(
+            f"{kept} holds the study {saved.get('study')!r} at scale {saved.get('scale')!r}, "
+            f"not {mine[0]!r} at {mine[1]!r}: adopt from a copy of this study's folder"
+        )
+    return {k: v for k, v in runs.items() if isinstance(v, dict)}
+
+
+def _check_settings(run: PlannedRun, source: Path) -> None:
+    """Refuse a kept run whose config.yaml gives a setting another value than the study
+    plans (a setting one side lacks, added or removed by a later ragen, is not compared)."""
+    kept = json.loads(json.dumps(flat_settings(read_yaml(RunDir(source).config)), default=str))
+    now = json.loads(json.dumps(run.settings(), default=str))
+    skip = LAUNCH_KEYS | (STAGE_KEYS if now.get("sft.warm_start") is True else frozenset())
+    changed = [k for k in now if k in kept and k not in skip and kept[k] != now[k]]
+    if changed:
+        shown = ", ".join(f"{k} {kept[k]!r} → {now[k]!r}" for k in changed[:5])
+        raise StudyError(
+            f"{source} was run with other settings than the study gives {run.label}: {shown}"
+            f"{' …' if len(changed) > 5 else ''}; adopt runs of this study file and scale only"
+        )
+
+
+def _unfinished(run: PlannedRun, source: Path, recorded: dict | None) -> str | None:
+    """Why the kept ``source`` is not a finished run (None when it is): its study.json
+    records it done, or its metrics.jsonl logs every step planned."""
+    if recorded is not None:
+        return None if recorded.get("status") == "done" else f"study.json: {recorded.get('status')}"
+    steps = run.settings()["sft.steps" if run.command == SFT else "trainer.steps"]
+    logged = {r["step"] for r in read_jsonl(RunDir(source).metrics).records if "step" in r}
+    if steps - 1 in logged:
+        return None
+    last = max((s for s in logged if isinstance(s, int)), default=None)
+    return f"its metrics end at step {last} of {steps}, and no study.json says it was done"
+
+
+def _minutes(source: Path, recorded: dict | None) -> float | None:
+    """The kept run's minutes: its study.json's, else the span of its metrics' timestamps
+    (a lower bound: the first step and an evaluation before training are not in it)."""
+    if recorded is not None and isinstance(recorded.get("minutes"), int | float):
+        return float(recorded["minutes"])
+    records = read_jsonl(RunDir(source).metrics).records
+    times = [r["time"] for r in records if _number(r.get("time"))]
+    return round((max(times) - min(times)) / 60, 2) if len(times) > 1 else None
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _all_from_it_done(
+    warm: PlannedRun, planned: list[PlannedRun], state: StudyState, finished: dict
+) -> bool:
+    """Whether every run that starts from the warm start ``warm`` is done or adopted."""
+    mine = [p for p in planned if p.warm_from and p.warm_from.parent.parent == warm.root]
+    return all(state.is_done(p) or run_key(p) in finished for p in mine)
