@@ -1,12 +1,12 @@
-"""Sokoban written out for a small model: the offsets line, the push expert that reads only
-it, and the swapped view of the blind-play check."""
+"""Sokoban written out for a small model: the offsets line (with the push cells), the push
+expert that reads only it, and the swapped view of the blind-play check."""
 
 import pytest
 
 from ragen import envs
 from ragen.envs.experts import ExpertError, expert_move, push_plan
 from ragen.envs.sokoban_levels import solve
-from ragen.envs.sokoban_room import Room
+from ragen.envs.sokoban_room import PUSH_FROM, Room
 from ragen.train.evaluator import eval_seeds
 
 # The box is 1 below and 1 right of the player, its target 2 below it: the push rule goes
@@ -166,3 +166,47 @@ def test_push_first_pushes_along_the_offset_the_line_names_first():
         "The target O is 1 above and 3 left of the box X, so I push the box Up, from the cell "
         "below it, 1 above me. Up nearer, Down wall, Left aside, Right aside. I go Up."
     )
+
+
+def test_push_cells_writes_where_each_push_toward_the_target_starts():
+    env = envs.make("sokoban", offsets=True, push_cells=True)
+    assert env.load(ABOVE).splitlines()[-1] == (
+        "The box X is 1 below and 1 right of you; the target O is 2 below it. It goes Down "
+        "from the cell above it, 1 right of you. Walls # are 1 above you and 1 left of you."
+    )
+    assert env.step("Right").observation.splitlines()[-1] == (
+        "The box X is 1 below you; the target O is 2 below it. It goes Down from the cell "
+        "above it, where you stand. A wall # is 1 above you."
+    )
+    # The target 2 below and 2 left of the box: two pushes bring it nearer, the vertical first.
+    room = Room.from_text("######\n#P___#\n#__X_#\n#____#\n#O___#\n######")
+    assert env.load(room).splitlines()[-1] == (
+        "The box X is 1 below and 2 right of you; the target O is 2 below and 2 left of it. "
+        "It goes Down from the cell above it, 2 right of you, or Left from the cell right of "
+        "it, 1 below and 3 right of you. Walls # are 1 above you and 1 left of you."
+    )
+    with pytest.raises(ValueError, match="push_cells adds to the offsets line"):
+        envs.make("sokoban", push_cells=True)
+
+
+@pytest.mark.parametrize("expert", ["push", "push_first"])
+def test_with_push_cells_the_push_thoughts_where_is_copied_from_the_line(expert):
+    # Every turn of the rule on the dev rooms: the cell its thought pushes from, as the
+    # thought says it ("… from the cell below it, 2 below me"), is in the line with "you".
+    env = envs.make("sokoban", offsets=True, push_cells=True, spaced=True, max_actions=10)
+    turns = 0
+    for seed in eval_seeds(16, "dev"):
+        line = env.reset(seed).splitlines()[-1]
+        for left in range(10, 0, -1):
+            move = expert_move(env, 1, left, sokoban=expert)
+            plan = push_plan(env.room, first=expert == "push_first")
+            stated = move.thought.split(", so I push the box ")[1].split(". ")[0]
+            assert stated.startswith(f"{plan.push}, from the cell {PUSH_FROM[plan.push]} it, ")
+            said = stated.replace(", from", " from").replace("me", "you").replace(" I ", " you ")
+            assert said in line, (said, line)
+            turns += 1
+            result = env.step(move.answer[0])
+            if result.terminated or result.truncated:
+                break
+            line = result.observation.splitlines()[-1]
+    assert turns > 50

@@ -64,7 +64,7 @@ from ragen.envs.frozen_lake import (
 from ragen.envs.sokoban import ACTIONS as SOKOBAN_ACTIONS
 from ragen.envs.sokoban import SokobanEnv
 from ragen.envs.sokoban_levels import solve
-from ragen.envs.sokoban_room import SIDE_STEPS, Room, cell_distance, relative_cell
+from ragen.envs.sokoban_room import PUSH_FROM, SIDE_STEPS, Room, cell_distance, relative_cell
 
 # Open-loop moves the lake expert plans in one turn: 4**k sequences are searched, and a
 # move planned blind after three slippery ones is rarely better than the next turn's.
@@ -123,9 +123,6 @@ def expert_move(
 
 # ----------------------------------------------------------------------------- Sokoban
 
-# Where the player stands to push a box in each direction, relative to the box.
-_PUSH_FROM = {"Up": "below", "Down": "above", "Left": "right of", "Right": "left of"}
-
 
 def _sokoban(env: SokobanEnv, limit: int, located: bool) -> ExpertMove:
     room = env.room
@@ -167,9 +164,9 @@ def _sokoban_thought(
     if walk == 0:
         act = f"I push the box {direction}."
     elif walk >= len(moves):
-        act = f"I walk to the cell {_PUSH_FROM[direction]} the box, to push it {direction}."
+        act = f"I walk to the cell {PUSH_FROM[direction]} the box, to push it {direction}."
     else:
-        act = f"I step {_PUSH_FROM[direction]} the box and push it {direction}."
+        act = f"I step {PUSH_FROM[direction]} the box and push it {direction}."
     return f"{facts}{plan} {act}"
 
 
@@ -244,7 +241,7 @@ def _push_sokoban(env: SokobanEnv, first: bool = False) -> ExpertMove:
     head = (
         f"The target {symbols['target']} is {relative_cell(box, target, width, 'the box')} "
         f"{symbols['box']}, so I push the box {plan.push}, from the cell "
-        f"{_PUSH_FROM[plan.push]} it"
+        f"{PUSH_FROM[plan.push]} it"
     )
     if not plan.kinds:
         return ExpertMove(f"{head}, where I stand. I push {plan.push}.", (plan.move,))

@@ -81,6 +81,9 @@ class SokobanEnv:
     (`describe_coordinates`). `offsets=True` adds a line under the grid with where each box
     lies from the player, the target it goes to from the box, and the walls beside the
     player (`describe_offsets`): what the push expert (`sft.sokoban_expert=push`) reads.
+    `push_cells=True` (with ``offsets``) adds to it where the player pushes each box toward
+    its target from (`push_cells_sentence`), so that the push expert's thought is copied
+    from the line rather than computed from it.
 
     `swap_view=True` is the blind-play check: each episode plays the room of its seed but
     shows the room of the paired seed (``seed ^ 1``: an evaluation's seeds pair up), moved by
@@ -104,6 +107,7 @@ class SokobanEnv:
         spaced: bool = False,
         coord: bool = False,
         offsets: bool = False,
+        push_cells: bool = False,
         swap_view: bool = False,
     ) -> None:
         check_room_options(height, width, num_boxes)
@@ -112,6 +116,9 @@ class SokobanEnv:
         self.spaced = check_bool("spaced", spaced)
         self.coord = check_bool("coord", coord)
         self.offsets = check_bool("offsets", offsets)
+        self.push_cells = check_bool("push_cells", push_cells)
+        if push_cells and not offsets:
+            raise ValueError("push_cells adds to the offsets line: set offsets=true as well")
         self._generator_options: _GeneratorOptions = {
             "height": height,
             "width": width,
@@ -136,6 +143,7 @@ class SokobanEnv:
                 spaced=spaced,
                 coord=coord,
                 offsets=offsets,
+                push_cells=push_cells,
             )
 
     def instructions(self) -> str:
@@ -173,6 +181,7 @@ class SokobanEnv:
                 spaced=self.spaced,
                 coord=self.coord,
                 offsets=self.offsets,
+                push_cells=self.push_cells,
             )
             observation = other.reset(seed)
             try:
@@ -259,7 +268,9 @@ class SokobanEnv:
         if self.coord:
             lines.insert(0, describe_coordinates(room, self._boxes, self._player))
         if self.offsets:
-            lines.append(describe_offsets(room, self._boxes, self._player, self.symbols))
+            lines.append(
+                describe_offsets(room, self._boxes, self._player, self.symbols, self.push_cells)
+            )
         return "\n".join(lines)
 
     def render(self) -> str:

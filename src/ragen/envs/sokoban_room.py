@@ -158,14 +158,24 @@ def describe_coordinates(room: Room, boxes: Iterable[int], player: int) -> str:
 SIDE_STEPS = ((-1, 0), (1, 0), (0, -1), (0, 1))
 
 
+PUSH_FROM = {"Up": "below", "Down": "above", "Left": "right of", "Right": "left of"}
+"""Where the player stands to push a box each way, from the box."""
+
+
 def describe_offsets(
-    room: Room, boxes: Iterable[int], player: int, symbols: Mapping[str, str]
+    room: Room,
+    boxes: Iterable[int],
+    player: int,
+    symbols: Mapping[str, str],
+    push_cells: bool = False,
 ) -> str:
     """Where things lie from the player, so that a model need not count cells: each box off a
     target (reading order) and the free target nearest it (`cell_distance`, then the lower
     index), then the walls beside the player, in action order. One box: "The box X is 1
     above and 2 left of you; the target O is 2 below it. Walls # are 1 above you and 1
-    right of you." More: "A box X is …; the nearest free target O is … it." each."""
+    right of you." More: "A box X is …; the nearest free target O is … it." each.
+    ``push_cells`` adds after each box where the player pushes it toward its target from
+    (`push_cells_sentence`)."""
     width, boxes = room.width, set(boxes)
     loose = sorted(boxes - room.targets)
     free = room.targets - boxes
@@ -184,10 +194,33 @@ def describe_offsets(
                 f"A box {symbols['box']} is {where_box}; the nearest free target "
                 f"{symbols['target']} is {where_target}."
             )
+        if push_cells:
+            sentences.append(push_cells_sentence(box, target, player, width))
     if not loose:
         sentences.append("Every box is on a target.")
     sentences.append(walls_beside(room, player, symbols))
     return " ".join(sentences)
+
+
+def push_cells_sentence(box: int, target: int, player: int, width: int) -> str:
+    """Where the player pushes ``box`` toward ``target`` from, for each of the (one or two)
+    directions that bring it nearer, the vertical first, each cell from the player: "It goes
+    Down from the cell above it, 1 right of you, or Left from the cell right of it, 1 below
+    and 2 right of you." (", where you stand" for the player's own cell). Geometry only: a
+    cell may be a wall, and which way to push is left to the reader."""
+    d_row = target // width - box // width
+    d_col = target % width - box % width
+    pushes = []
+    if d_row:
+        pushes.append(("Down", width) if d_row > 0 else ("Up", -width))
+    if d_col:
+        pushes.append(("Right", 1) if d_col > 0 else ("Left", -1))
+    clauses = []
+    for push, step in pushes:
+        cell = box - step
+        where = "where you stand" if cell == player else relative_cell(player, cell, width, "you")
+        clauses.append(f"{push} from the cell {PUSH_FROM[push]} it, {where}")
+    return f"It goes {', or '.join(clauses)}."
 
 
 def walls_beside(room: Room, cell: int, symbols: Mapping[str, str]) -> str:
