@@ -229,6 +229,18 @@ def _run_loop(trainer_class, cfg, run, *, resume: bool, create: bool = True) -> 
         return _train(trainer_class, cfg, run, resume=resume)
 
 
+def _record_machine(run, cfg, step: int) -> None:
+    """Append where this start of the run (at ``step``) runs to its machine.jsonl."""
+    from ragen.models import resolve_dtype
+    from ragen.run.machine import machine_record, record_machine
+    from ragen.train.setup import resolve_device
+
+    device = resolve_device(cfg.trainer.device)
+    dtypes = resolve_dtype(cfg.model.dtype, device), resolve_dtype(cfg.trainer.update_dtype, device)
+    with run.writing(run.machine):
+        record_machine(run.machine, machine_record(device, *dtypes, step))
+
+
 def _train(trainer_class, cfg, run, *, resume: bool) -> int:
     """The training loop of `_run_loop`, inside its process group and run-directory lock."""
     from ragen.run.rundir import rewrite_config
@@ -251,6 +263,7 @@ def _train(trainer_class, cfg, run, *, resume: bool) -> int:
         return EXIT_OK
     if resume:  # recorded once the checkpoint has loaded and a step is left to train
         distributed.on_main(lambda: rewrite_config(run, cfg))
+    distributed.on_main(lambda: _record_machine(run, cfg, loop.start_step))
     try:
         loop.train()
     except KeyboardInterrupt:

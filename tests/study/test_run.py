@@ -488,3 +488,28 @@ def test_status_of_a_folder_holding_another_study_is_refused(tmp_path, study_fil
     (out / runner.STATE_FILE).write_text('{"study": "other", "scale": "cpu", "runs": {}}')
     assert main(["study", str(study_file), "--out", str(out), "--status"]) == 1
     assert "holds the study 'other'" in capsys.readouterr().err
+
+
+def test_status_names_the_machines_the_runs_ran_on(tmp_path, study_file):
+    from ragen.run.jsonl import append_jsonl
+    from ragen.study.status import machine_lines
+
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 2, tmp_path)
+    zen5 = {"cpu": "AMD EPYC 9B45", "cpu_capability": "AVX512", "model_dtype": "bfloat16"}
+    zen3 = {"cpu": "AMD EPYC 7B13", "cpu_capability": "AVX2", "model_dtype": "float32"}
+    assert machine_lines(planned) == []  # nothing started
+    for run in planned[:3]:
+        run.root.mkdir(parents=True)
+    append_jsonl(RunDir(planned[0].root).machine, [{"step": 0, **zen5}])
+    append_jsonl(RunDir(planned[1].root).machine, [{"step": 0, **zen5}])
+    assert machine_lines(planned) == [
+        "ran on: AMD EPYC 9B45, AVX512, bfloat16",
+        "  no machine.jsonl (run before ragen recorded it): keep-all seed 1",
+    ]
+    append_jsonl(RunDir(planned[1].root).machine, [{"step": 1, **zen3}])  # resumed elsewhere
+    append_jsonl(RunDir(planned[2].root).machine, [{"step": 0, **zen3}, "torn"])
+    assert machine_lines(planned) == [
+        "ran on 2 machines, whose numbers differ for the same settings:",
+        "  AMD EPYC 9B45, AVX512, bfloat16: keep-all seed 0, keep-half seed 0",
+        "  AMD EPYC 7B13, AVX2, float32: keep-half seed 0, keep-all seed 1",
+    ]

@@ -1,5 +1,6 @@
 """Resuming a run that was cut short, damaged or given new settings: each step is logged
-once, a refused resume changes nothing, and a damaged checkpoint is passed over by name."""
+once, a refused resume changes nothing, a damaged checkpoint is passed over by name, and each
+start records where it ran."""
 
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config
 from ragen.cli import main
+from ragen.models import bf16_supported, resolve_dtype
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train.loop import RunLoop
@@ -55,6 +57,7 @@ def test_a_failed_checkpoint_write_stops_cleanly_and_the_resume_logs_each_step_o
     assert main(["train", "--resume", str(run.root)]) == 0
     assert "no checkpoint yet: starting again from step 0" in capsys.readouterr().out
     assert _steps(run) == [0, 1]
+    assert [r["step"] for r in read_jsonl(run.machine).records] == [0, 0]  # two starts
     for step in (0, 1):
         assert len(read_jsonl(run.trajectory_file(step)).records) == EPISODES
 
@@ -111,6 +114,11 @@ def test_a_resume_passes_over_a_damaged_checkpoint_and_records_its_config_once_l
     assert _steps(run) == [0, 1, 2]
     assert config.load(str(run.config)).trainer.steps == 3
     assert [p.name for p in sorted(run.checkpoints.iterdir())] == ["step_000002", "step_000003"]
+    (start,) = read_jsonl(run.machine).records  # the fixture trained without the CLI
+    assert start["step"] == 1  # this resume's start, after the step of step_000001
+    resolved = resolve_dtype(config.load(str(run.config)).model.dtype, "cpu")
+    assert start["model_dtype"] == str(resolved).removeprefix("torch.")
+    assert start["cpu_bf16"] == bf16_supported("cpu") and start["device"] == "cpu"
 
 
 def test_a_resume_with_no_intact_checkpoint_is_refused_and_changes_nothing(

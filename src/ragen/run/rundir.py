@@ -90,6 +90,11 @@ class RunDir:
         return self.root / "eval.jsonl"
 
     @property
+    def machine(self) -> Path:
+        """Where the run ran, a line per start (machine.py)."""
+        return self.root / "machine.jsonl"
+
+    @property
     def alerts(self) -> Path:
         return self.root / "alerts.jsonl"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from ragen.report.runs import load_run
 from ragen.run.jsonl import read_jsonl
 from ragen.run.lock import holder
+from ragen.run.machine import machines_of
 from ragen.run.rundir import RunDir
 from ragen.study.outputs import rows_of
 from ragen.study.runner import StudyState, time_left
@@ -93,6 +94,7 @@ def status_text(study_key: str, seeds: int, planned: list[PlannedRun], state: St
     lines = [f"{study_key}, {seeds} seed(s), in {out}: {done} of {len(planned)} runs done{also}"]
     width = max(len(p.label) for p in planned)
     lines += [_line(p, width) for p in progress]
+    lines += machine_lines(planned)
     runner = holder(RunDir(out))
     if done == len(planned):
         lines.append("all runs done: the same `ragen study` command writes the report and table")
@@ -104,6 +106,32 @@ def status_text(study_key: str, seeds: int, planned: list[PlannedRun], state: St
     if left is not None and done < len(planned):
         lines.append(f"about {left / 60:.1f} h left at the pace of the runs done")
     return "\n".join(lines) + "\n"
+
+
+def machine_lines(planned: list[PlannedRun]) -> list[str]:
+    """Where the runs ran (their machine.jsonl): one line when every run that records it ran
+    on one machine; otherwise each machine with its runs, since the same settings give other
+    numbers on another machine (model.dtype=auto, a CPU's kernels)."""
+    on: dict[str, list[str]] = {}
+    unrecorded = []
+    for p in planned:
+        if not p.root.exists():
+            continue
+        machines = machines_of(RunDir(p.root).machine)
+        if not machines:
+            unrecorded.append(p.label)
+        for machine in machines:
+            on.setdefault(machine, []).append(p.label)
+    if not on:
+        return []
+    if len(on) == 1:
+        lines = [f"ran on: {next(iter(on))}"]
+    else:
+        lines = [f"ran on {len(on)} machines, whose numbers differ for the same settings:"]
+        lines += [f"  {machine}: {', '.join(labels)}" for machine, labels in on.items()]
+    if unrecorded:
+        lines.append(f"  no machine.jsonl (run before ragen recorded it): {', '.join(unrecorded)}")
+    return lines
 
 
 def on_common_seeds(

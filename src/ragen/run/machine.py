@@ -1,0 +1,99 @@
+"""Where a run ran: one line of ``machine.jsonl`` each time it starts or resumes.
+
+The same config and seed give the same numbers on the same machine only: ``model.dtype=auto``
+is bfloat16 on a CPU with native bf16 (AVX512-BF16 or AMX) and float32 elsewhere, and the
+kernels a CPU's instruction set selects round differently. A run records the machine and the
+dtypes its settings resolved to, so that two runs (or the seeds of a study) that ran on
+different machines can be told apart from their logs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from ragen import __version__
+from ragen.run.jsonl import append_jsonl, read_jsonl
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_name(cpuinfo: Path = CPUINFO) -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what `platform` says, else "unknown"."""
+    try:
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_record(
+    device: torch.device, model_dtype: torch.dtype, update_dtype: torch.dtype, step: int
+) -> dict:
+    """What ``machine.jsonl`` records of a start at ``step`` (0 for a new run): the CPU (its
+    name, the instruction set torch's kernels use, whether bf16 is native, the cores this
+    process may use), the GPU where the run uses one, the dtypes ``model.dtype`` and
+    ``trainer.update_dtype`` resolved to, and the versions of torch, transformers and ragen."""
+    from transformers import __version__ as transformers_version
+
+    from ragen.models import bf16_supported
+
+    return {
+        "step": step,
+        "time": round(time.time(), 3),
+        "cpu": cpu_name(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16": bf16_supported("cpu"),
+        "cores": _cores(),
+        "device": device.type,
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "model_dtype": _name(model_dtype),
+        "update_dtype": _name(update_dtype),
+        "torch": torch.__version__,
+        "transformers": transformers_version,
+        "ragen": __version__,
+    }
+
+
+def _cores() -> int | None:
+    """The cores this process may run on (its affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def record_machine(path: Path, record: dict) -> None:
+    """Append ``record`` to ``path`` (a run's machine.jsonl), flushed and fsynced."""
+    append_jsonl(path, [record])
+
+
+def machine_summary(record: dict) -> str:
+    """One short phrase of a record: "AMD EPYC 7B13, AVX2, float32" or with the GPU's name."""
+    where = record.get("gpu") or record.get("cpu") or "unknown machine"
+    parts = [str(where)]
+    if record.get("device") != "cuda" and record.get("cpu_capability"):
+        parts.append(str(record["cpu_capability"]))
+    if record.get("model_dtype"):
+        parts.append(str(record["model_dtype"]))
+    return ", ".join(parts)
+
+
+def machines_of(path: Path) -> list[str]:
+    """The distinct machines (`machine_summary`) a run's machine.jsonl records, in the order
+    its starts ran on them; none for a run without one (older than it, or not started)."""
+    seen: list[str] = []
+    for record in read_jsonl(path).records:
+        if isinstance(record, dict) and (summary := machine_summary(record)) not in seen:
+            seen.append(summary)
+    return seen
