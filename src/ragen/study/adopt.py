@@ -10,7 +10,8 @@ A run is adopted only when its logs show it finished, and never when its setting
 the ones the study asks for now (that is refused, as a changed study is). A warm start is
 adopted only when every run that starts from it is done or adopted too: its checkpoint,
 which logs do not carry, is what those runs start from, so otherwise it is made again (with
-the same settings and seed, on the same machine, the same weights).
+the same settings and seed, on the same kind of machine, the same weights; machine.jsonl
+says where each ran).
 """
 
 from __future__ import annotations
