@@ -162,10 +162,13 @@ def test_the_weights_digest_reads_every_byte():
     assert eval_cache.weights_digest(model.to(torch.bfloat16)) != eval_cache.weights_digest(same)
 
 
+HERE = {"dtype": "float32", "kernels": "cpu AVX2"}
+
+
 def test_the_key_holds_what_the_evaluation_plays_by_and_not_what_only_training_reads():
     request = EvalRequest(env="bandit", n=2)
     base = config.load("bandit", TINY_BANDIT)
-    key = eval_cache.eval_key(base, request, "w")
+    key = eval_cache.eval_key(base, request, "w", HERE)
     # P, N, the training temperature, reward placement, reuse_k: the same evaluation
     trained_only = config.load(
         "bandit",
@@ -179,7 +182,7 @@ def test_the_key_holds_what_the_evaluation_plays_by_and_not_what_only_training_r
             "rollout.reuse_k=2",
         ],
     )
-    assert eval_cache.eval_key(trained_only, request, "w") == key
+    assert eval_cache.eval_key(trained_only, request, "w", HERE) == key
     # what the episodes play by, the engine, the weights and the request: each a new key
     for change in (
         "rollout.max_reply_tokens=33",
@@ -191,6 +194,17 @@ def test_the_key_holds_what_the_evaluation_plays_by_and_not_what_only_training_r
         "env.options.low_payoff=0.2",
     ):
         changed = config.load("bandit", [*TINY_BANDIT, change])
-        assert eval_cache.eval_key(changed, request, "w") != key, change
-    assert eval_cache.eval_key(base, request, "v") != key
-    assert eval_cache.eval_key(base, EvalRequest(env="bandit", n=2, temperature=0.7), "w") != key
+        assert eval_cache.eval_key(changed, request, "w", HERE) != key, change
+    assert eval_cache.eval_key(base, request, "v", HERE) != key
+    other = EvalRequest(env="bandit", n=2, temperature=0.7)
+    assert eval_cache.eval_key(base, other, "w", HERE) != key
+    # the same weights sampled in another dtype, or by another CPU's kernels: a new key
+    for machine in ({**HERE, "dtype": "bfloat16"}, {**HERE, "kernels": "cpu AVX512"}):
+        assert eval_cache.eval_key(base, request, "w", machine) != key
+
+
+def test_the_sampling_machine_is_the_samplers_dtype_and_kernels():
+    model = torch.nn.Linear(3, 2)
+    isa = torch.backends.cpu.get_cpu_capability()
+    assert eval_cache.sampling_machine(model) == {"dtype": "float32", "kernels": f"cpu {isa}"}
+    assert eval_cache.sampling_machine(model.to(torch.bfloat16))["dtype"] == "bfloat16"

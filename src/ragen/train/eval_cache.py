@@ -11,7 +11,10 @@ start redone, or a LoRA adapter, is a new key), the model and env sections of th
 the rollout settings the evaluation plays by (`evaluator.eval_spec` and the engine; not those
 only training reads: P, N, the training temperature, where rewards are placed, reuse_k), the
 training seed (it seeds the evaluation's sampling), the request (env, seeds, tries,
-temperature, split), and torch's version. A kept summary whose key differs in
+temperature, split), torch's version, and the machine the episodes are sampled on (the dtype
+the sampling weights hold, which ``model.dtype=auto`` resolves per machine, and the kernels:
+the CPU's instruction set, or the GPU), since those round differently and so sample other
+episodes from the same weights. A kept summary whose key differs in
 anything is not used. ragen's own code is not in the key: a study continued after an
 upgrade that changes how episodes play belongs in a new folder. A file that cannot be read
 is ignored (the run evaluates and writes it again), and one that cannot be written is
@@ -46,12 +49,25 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def eval_key(config: Config, request: EvalRequest, weights: str) -> dict:
+def sampling_machine(sampler: torch.nn.Module) -> dict:
+    """What the episodes sampled with ``sampler`` (the weights the rollout samples with)
+    depend on beyond its values: their dtype and the kernels that run them."""
+    param = next(sampler.parameters())
+    if param.device.type == "cuda":
+        kernels = torch.cuda.get_device_name(param.device)
+    else:
+        kernels = f"{param.device.type} {torch.backends.cpu.get_cpu_capability()}"
+    return {"dtype": str(param.dtype).removeprefix("torch."), "kernels": kernels}
+
+
+def eval_key(config: Config, request: EvalRequest, weights: str, machine: dict) -> dict:
     """Everything the figures of ``request`` depend on, for a policy with ``weights`` (its
-    ``weights_digest``): of the rollout section, what the evaluation plays by."""
+    ``weights_digest``) sampled on ``machine`` (`sampling_machine`): of the rollout section,
+    what the evaluation plays by."""
     c = to_dict(config)
     return {
         "torch": torch.__version__,
+        "machine": machine,
         "weights": weights,
         "seed": config.trainer.seed,
         "request": asdict(request),

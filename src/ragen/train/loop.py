@@ -32,7 +32,13 @@ from ragen.run.metrics_logger import MetricsLogger
 from ragen.run.rundir import BEFORE_TRAINING, RunDir
 from ragen.train import checkpoint, distributed, fsdp
 from ragen.train.distributed import say
-from ragen.train.eval_cache import REUSED_FROM, EvalCache, eval_key, weights_digest
+from ragen.train.eval_cache import (
+    REUSED_FROM,
+    EvalCache,
+    eval_key,
+    sampling_machine,
+    weights_digest,
+)
 from ragen.train.evaluator import HEADLINE, EvalRequest, evaluate
 from ragen.train.generation_weights import COPYING_BACKENDS, GenerationWeights
 from ragen.train.resume import check_visible, resume
@@ -244,7 +250,8 @@ class RunLoop:
         for the next run when not)."""
         folder = self.config.trainer.eval_before_cache
         if weights is not None:
-            cache, key = EvalCache(Path(folder)), eval_key(self.config, request, weights)
+            machine = sampling_machine(self.trainer.sampler.model)
+            cache, key = EvalCache(Path(folder)), eval_key(self.config, request, weights, machine)
             if (kept := cache.get(key)) is not None:
                 return kept
         trainer = self.trainer
