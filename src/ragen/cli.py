@@ -232,13 +232,14 @@ def _run_loop(trainer_class, cfg, run, *, resume: bool, create: bool = True) -> 
 def _record_machine(run, cfg, step: int) -> None:
     """Append where this start of the run (at ``step``) runs to its machine.jsonl."""
     from ragen.models import resolve_dtype
-    from ragen.run.machine import machine_record, record_machine
+    from ragen.run.jsonl import append_jsonl
+    from ragen.run.machine import machine_record
     from ragen.train.setup import resolve_device
 
     device = resolve_device(cfg.trainer.device)
     dtypes = resolve_dtype(cfg.model.dtype, device), resolve_dtype(cfg.trainer.update_dtype, device)
     with run.writing(run.machine):
-        record_machine(run.machine, machine_record(device, *dtypes, step))
+        append_jsonl(run.machine, [machine_record(device, *dtypes, step)])
 
 
 def _train(trainer_class, cfg, run, *, resume: bool) -> int:

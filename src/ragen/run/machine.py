@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ragen import __version__
-from ragen.run.jsonl import append_jsonl, read_jsonl
+from ragen.run.jsonl import read_jsonl
 
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -71,11 +71,6 @@ def _cores() -> int | None:
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def record_machine(path: Path, record: dict) -> None:
-    """Append ``record`` to ``path`` (a run's machine.jsonl), flushed and fsynced."""
-    append_jsonl(path, [record])
 
 
 def machine_summary(record: dict) -> str:
