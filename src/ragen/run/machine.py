@@ -22,33 +22,47 @@ from ragen.run.jsonl import read_jsonl
 CPUINFO = Path("/proc/cpuinfo")
 
 
-def cpu_name(cpuinfo: Path = CPUINFO) -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo), else what `platform` says, else "unknown"."""
+def cpu_fields(cpuinfo: Path = CPUINFO) -> dict[str, str]:
+    """The first CPU's fields in Linux's /proc/cpuinfo ("model name", "cpu family", …); none
+    elsewhere."""
+    fields: dict[str, str] = {}
     try:
-        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return value.strip()
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+        return fields
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor's block ends
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_name(fields: dict[str, str]) -> str:
+    """The CPU's model name from ``fields`` (`cpu_fields`), else what `platform` says, else
+    "unknown"."""
+    return fields.get("model name") or platform.processor() or platform.machine() or "unknown"
 
 
 def machine_record(
     device: torch.device, model_dtype: torch.dtype, update_dtype: torch.dtype, step: int
 ) -> dict:
     """What ``machine.jsonl`` records of a start at ``step`` (0 for a new run): the CPU (its
-    name, the instruction set torch's kernels use, whether bf16 is native, the cores this
-    process may use), the GPU where the run uses one, the dtypes ``model.dtype`` and
-    ``trainer.update_dtype`` resolved to, and the versions of torch, transformers and ragen."""
+    name, family and model numbers, the instruction set torch's kernels use, whether bf16 is
+    native, the cores this process may use), the GPU where the run uses one, the dtypes
+    ``model.dtype`` and ``trainer.update_dtype`` resolved to, and the versions of torch,
+    transformers and ragen."""
     from transformers import __version__ as transformers_version
 
     from ragen.models import bf16_supported
 
+    fields = cpu_fields()
     return {
         "step": step,
         "time": round(time.time(), 3),
-        "cpu": cpu_name(),
+        "cpu": cpu_name(fields),
+        "cpu_family": fields.get("cpu family"),  # a virtual CPU's name may not tell which
+        "cpu_model": fields.get("model"),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_bf16": bf16_supported("cpu"),
         "cores": _cores(),
