@@ -13,6 +13,7 @@ from ragen.cli import main
 from ragen.run.jsonl import read_jsonl
 from ragen.study import outputs, runner, spec
 from ragen.study.adopt import adopt
+from ragen.train.eval_cache import REUSED_FROM
 
 LOGS = ("config.yaml", "metrics.jsonl", "eval.jsonl")
 
@@ -152,3 +153,28 @@ def test_adopt_runs_a_study_so_it_goes_with_neither_plan_nor_status(tmp_path, ca
         main(["study", str(path), "--plan", "--adopt", str(tmp_path)])
     assert stopped.value.code == 2
     assert "not allowed with argument --plan" in capsys.readouterr().err
+
+
+def test_the_kept_evaluations_before_training_are_read_by_the_runs_made_again(tmp_path):
+    # The study folder lost (as runs/ with a machine) and the study run again in the same
+    # place: the warm start made again on this machine has the same weights, so the run left
+    # reads the evaluation before training its lost peer played, from the kept eval-before.
+    evaluate = "trainer.steps=1, trainer.eval_before=true, trainer.eval_episodes=2"
+    text = WARM_STUDY.replace(
+        "  - {name: rl, preset: bandit}",
+        "  - {name: a, preset: bandit}\n  - {name: b, preset: bandit}",
+    ).replace("trainer.steps=1", evaluate)
+    study = _study(tmp_path, text, "warm")
+    out = tmp_path / "out"
+    _run(study, "warm", out)
+    kept = tmp_path / "kept"
+    for name in ("warm-start", "a"):
+        _logs_only(out / name / "seed-0", kept / name / "seed-0")
+    shutil.copytree(out / spec.EVAL_BEFORE, kept / spec.EVAL_BEFORE)
+    shutil.rmtree(out)
+
+    _, _, calls = _run(study, "warm", out, adopt_from=kept)
+    assert calls == [("warm-start", False), ("b", False)]
+    before = read_jsonl(out / "b" / "seed-0" / "eval.jsonl").records[0]
+    assert before["step"] == -1
+    assert before[REUSED_FROM] == str(out / "a" / "seed-0")  # played by the lost run's peer

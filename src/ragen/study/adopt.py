@@ -6,6 +6,11 @@ any other file of the run folder), perhaps DIR/study.json. Adopting copies each 
 that the study plans, has not done and has no folder for, into ``OUT/RUN/seed-K`` (no
 checkpoints) and records it done, so the study runs only the rest.
 
+The kept evaluations before training (``DIR/eval-before``) are copied too, those the study
+folder lacks: each is keyed by the weights, settings and machine it was played with, so a
+run reads one only where it would have played the same episodes (a warm start made again
+on the same kind of machine evaluates to the same summary without playing it).
+
 A run is adopted only when its logs show it finished, and never when its settings are not
 the ones the study asks for now (that is refused, as a changed study is). A warm start is
 adopted only when every run that starts from it is done or adopted too: its checkpoint,
@@ -25,7 +30,7 @@ from ragen.config.loading import read_yaml
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir
 from ragen.study.runner import STATE_FILE, StudyError, StudyState, run_key
-from ragen.study.spec import SFT, PlannedRun, flat_settings
+from ragen.study.spec import EVAL_BEFORE, SFT, PlannedRun, flat_settings
 
 LAUNCH_KEYS = frozenset({"model.spec", "trainer.eval_before_cache", "sft.warm_start"})
 """Settings a launch writes into a run's config.yaml beside what the study planned (the warm
@@ -52,6 +57,7 @@ def adopt(
     if not kept.is_dir():
         raise StudyError(f"--adopt {kept}: no such folder (a copy of a study folder's runs)")
     recorded = _kept_record(kept, state)
+    _copy_evaluations(kept / EVAL_BEFORE, state.path.parent / EVAL_BEFORE, say)
     finished: dict[str, tuple[PlannedRun, Path, float | None]] = {}
     for run in planned:
         source = kept / run.name / f"seed-{run.seed}"
@@ -154,3 +160,16 @@ def _all_from_it_done(
     """Whether every run that starts from the warm start ``warm`` is done or adopted."""
     mine = [p for p in planned if p.warm_from and p.warm_from.parent.parent == warm.root]
     return all(state.is_done(p) or run_key(p) in finished for p in mine)
+
+
+def _copy_evaluations(kept: Path, cache: Path, say: Callable[[str], None]) -> None:
+    """Copy the kept evaluations (``*.json`` of an eval-before folder) that ``cache`` lacks."""
+    if not kept.is_dir():
+        return
+    new = [f for f in sorted(kept.glob("*.json")) if f.is_file() and not (cache / f.name).exists()]
+    if not new:
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    for f in new:
+        shutil.copy2(f, cache / f.name)
+    say(f"copied {len(new)} kept evaluation(s) before training into {cache}")
