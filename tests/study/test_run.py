@@ -455,7 +455,8 @@ def test_status_reads_each_runs_state_and_the_table_so_far(
     assert lines[2].endswith(
         "1 of 2 steps logged, exit status 130; resumes from its checkpoint at step 1"
     )
-    assert lines[3] == "no study process is running: the same `ragen study` command goes on"
+    assert lines[3].startswith("ran on: ")  # both runs' machine.jsonl: this machine
+    assert lines[4] == "no study process is running: the same `ragen study` command goes on"
     # The table so far has the finished run's row only; the expectation needs both.
     assert "| keep-all | `bandit` | 1 |" in shown and "| keep-half |" not in shown
     assert "- Expected keep-all above keep-half: not measured." in shown
@@ -468,7 +469,7 @@ def test_status_reads_each_runs_state_and_the_table_so_far(
         shown = _status(study_file, out, capsys).splitlines()
     mine = f"pid {os.getpid()} on host {socket.gethostname()}"
     assert "1 of 2 steps logged; written by " + mine in shown[2]
-    assert shown[3].startswith(f"the study is running: {mine}")
+    assert shown[4].startswith(f"the study is running: {mine}")
     assert json.loads((out / runner.STATE_FILE).read_text()) == state  # nothing written
 
     monkeypatch.setattr(RunLoop, "maybe_checkpoint", save)
