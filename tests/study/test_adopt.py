@@ -16,6 +16,10 @@ from ragen.study.adopt import adopt
 from ragen.train.eval_cache import REUSED_FROM
 
 LOGS = ("config.yaml", "metrics.jsonl", "eval.jsonl")
+TWO_RUNS = WARM_STUDY.replace(
+    "  - {name: rl, preset: bandit}", "  - {name: a, preset: bandit}\n  - {name: b, preset: bandit}"
+)
+"""The warm-started study with two runs, a and b, from its warm start."""
 
 
 def _study(tmp_path, text, name):
@@ -119,10 +123,7 @@ def test_logs_of_other_settings_or_another_study_are_refused(tmp_path):
 
 
 def test_a_warm_start_is_made_again_while_a_run_left_starts_from_it(tmp_path):
-    text = WARM_STUDY.replace(
-        "  - {name: rl, preset: bandit}",
-        "  - {name: a, preset: bandit}\n  - {name: b, preset: bandit}",
-    )
+    text = TWO_RUNS
     study = _study(tmp_path, text, "warm")
     first = tmp_path / "first"
     _run(study, "warm", first)
@@ -160,10 +161,7 @@ def test_the_kept_evaluations_before_training_are_read_by_the_runs_made_again(tm
     # place: the warm start made again on this machine has the same weights, so the run left
     # reads the evaluation before training its lost peer played, from the kept eval-before.
     evaluate = "trainer.steps=1, trainer.eval_before=true, trainer.eval_episodes=2"
-    text = WARM_STUDY.replace(
-        "  - {name: rl, preset: bandit}",
-        "  - {name: a, preset: bandit}\n  - {name: b, preset: bandit}",
-    ).replace("trainer.steps=1", evaluate)
+    text = TWO_RUNS.replace("trainer.steps=1", evaluate)
     study = _study(tmp_path, text, "warm")
     out = tmp_path / "out"
     _run(study, "warm", out)

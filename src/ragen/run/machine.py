@@ -88,7 +88,7 @@ def _name(dtype: torch.dtype) -> str:
 
 
 def machine_summary(record: dict) -> str:
-    """One short phrase of a record: "AMD EPYC 7B13, AVX2, float32" or with the GPU's name."""
+    """One short phrase of a record: "CPU NAME, AVX2, float32", or the GPU's name and dtype."""
     where = record.get("gpu") or record.get("cpu") or "unknown machine"
     parts = [str(where)]
     if record.get("device") != "cuda" and record.get("cpu_capability"):

@@ -29,7 +29,7 @@ from pathlib import Path
 from ragen.config.loading import read_yaml
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir
-from ragen.study.runner import STATE_FILE, StudyError, StudyState, run_key
+from ragen.study.runner import StudyError, StudyState, run_key
 from ragen.study.spec import EVAL_BEFORE, SFT, PlannedRun, flat_settings
 
 LAUNCH_KEYS = frozenset({"model.spec", "trainer.eval_before_cache", "sft.warm_start"})
@@ -88,28 +88,12 @@ def adopt(
 
 
 def _kept_record(kept: Path, state: StudyState) -> dict[str, dict]:
-    """The runs ``kept``'s study.json records (none without one); it must be the study and
-    scale of ``state``."""
-    path = kept / STATE_FILE
-    if not path.is_file():
-        return {}
+    """The runs ``kept``'s study.json records (none without one), read as the study reads its
+    own: it must be the study and scale of ``state``."""
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-        runs = saved["runs"]
-        if not isinstance(runs, dict):
-            raise TypeError("runs must be a mapping")
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise StudyError(
-            f"{path} is unreadable ({type(err).__name__}): move it out of {kept} to adopt its "
-            "runs by their logs alone"
-        ) from None
-    mine = (state.data["study"], state.data["scale"])
-    if (saved.get("study"), saved.get("scale")) != mine:
-        raise StudyError(
-            f"{kept} holds the study {saved.get('study')!r} at scale {saved.get('scale')!r}, "
-            f"not {mine[0]!r} at {mine[1]!r}: adopt from a copy of this study's folder"
-        )
-    return {k: v for k, v in runs.items() if isinstance(v, dict)}
+        return StudyState(kept, state.data["study"], state.data["scale"]).data["runs"]
+    except StudyError as err:
+        raise StudyError(f"--adopt {kept}: {err}") from None
 
 
 def _check_settings(run: PlannedRun, source: Path) -> None:
