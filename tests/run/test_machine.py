@@ -1,6 +1,8 @@
-"""machine.jsonl: the CPU's name from /proc/cpuinfo, and one phrase of a record."""
+"""machine.jsonl: the CPU's name from /proc/cpuinfo, one phrase of a record, and whether a
+run ran on this machine."""
 
-from ragen.run.machine import cpu_fields, cpu_name, machine_summary
+from ragen.run.jsonl import append_jsonl
+from ragen.run.machine import cpu_fields, cpu_name, machine_summary, ran_only_on, same_cpu, this_cpu
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -35,3 +37,22 @@ def test_a_summary_names_the_cpu_its_kernels_and_the_dtype_or_the_gpu():
     gpu = {**cpu, "device": "cuda", "gpu": "NVIDIA H200", "model_dtype": "bfloat16"}
     assert machine_summary(gpu) == "NVIDIA H200, bfloat16"
     assert machine_summary({}) == "unknown machine"
+
+
+def test_a_run_ran_here_when_every_start_was_on_this_cpu(tmp_path):
+    (tmp_path / "cpuinfo").write_text(CPUINFO)
+    cpu = this_cpu(tmp_path / "cpuinfo")
+    assert (cpu["cpu"], cpu["cpu_family"], cpu["cpu_model"]) == ("AMD EPYC", "25", "1")
+    start = {"step": 0, "device": "cpu", **cpu}
+    assert same_cpu(start, cpu)
+    older = {k: v for k, v in start.items() if k not in ("cpu_family", "cpu_model")}
+    assert same_cpu(older, cpu)  # a record from before family and model were kept
+    assert not same_cpu({**start, "cpu_family": "26"}, cpu)  # the same name, another Zen
+    assert not same_cpu({**start, "cpu_capability": "AVX512"}, cpu)
+    assert not same_cpu({**start, "device": "cuda", "gpu": "NVIDIA H200"}, cpu)
+    path = tmp_path / "machine.jsonl"
+    assert not ran_only_on(path, cpu)  # no record: not known to have run here
+    append_jsonl(path, [start])
+    assert ran_only_on(path, cpu)
+    append_jsonl(path, [{**start, "step": 4, "cpu_family": "26"}])
+    assert not ran_only_on(path, cpu)  # resumed on another machine

@@ -19,7 +19,8 @@ import pytest
 from ragen import config
 from ragen.cli import main
 from ragen.run import lock
-from ragen.run.jsonl import read_jsonl
+from ragen.run.jsonl import append_jsonl, read_jsonl
+from ragen.run.machine import this_cpu
 from ragen.run.rundir import RunDir
 from ragen.study import outputs, runner, spec
 from ragen.train.loop import RunLoop
@@ -331,7 +332,21 @@ def test_the_time_left_is_the_pace_of_the_done_runs_of_each_command(tmp_path):
     assert runner.time_left(planned, state) is None  # no run of `ragen train` done yet
     state.mark(a0, "done", minutes=30.0)
     state.mark(b0, "done", minutes=20.0)
-    assert runner.time_left(planned, state) == 4.0 + 2 * 25.0  # seed 1: a warm start, two runs
+    here, elsewhere = this_cpu(), {"cpu": "another CPU", "cpu_capability": "AVX512"}
+    left = runner.time_left(planned, state, here)  # seed 1: a warm start, two runs
+    assert left == runner.TimeLeft(4.0 + 2 * 25.0, here=False)  # no run says where it ran
+    assert left.line() == (
+        "about 0.9 h left at the pace of the runs done (some elsewhere: this machine may differ)"
+    )
+    for run, cpu in ((warm0, here), (a0, here), (b0, elsewhere)):
+        RunDir(run.root).machine.parent.mkdir(parents=True)
+        append_jsonl(RunDir(run.root).machine, [{"step": 0, "device": "cpu", **cpu}])
+    left = runner.time_left(planned, state, here)  # the runs done here pace it alone
+    assert left == runner.TimeLeft(4.0 + 2 * 30.0, here=True)
+    assert left.line() == "about 1.1 h left at the pace of the runs done on this machine"
+    resumed_elsewhere = {"step": 3, "device": "cpu", **elsewhere}
+    append_jsonl(RunDir(a0.root).machine, [resumed_elsewhere])  # a0 went on on another machine
+    assert runner.time_left(planned, state, here) == runner.TimeLeft(4.0 + 2 * 25.0, False)
 
 
 def test_a_study_launches_its_runs_without_importing_the_working_directory(tmp_path, monkeypatch):

@@ -56,14 +56,10 @@ def machine_record(
 
     from ragen.models import bf16_supported
 
-    fields = cpu_fields()
     return {
         "step": step,
         "time": round(time.time(), 3),
-        "cpu": cpu_name(fields),
-        "cpu_family": fields.get("cpu family"),  # a virtual CPU's name may not tell which
-        "cpu_model": fields.get("model"),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **this_cpu(),
         "cpu_bf16": bf16_supported("cpu"),
         "cores": _cores(),
         "device": device.type,
@@ -74,6 +70,41 @@ def machine_record(
         "transformers": transformers_version,
         "ragen": __version__,
     }
+
+
+def this_cpu(cpuinfo: Path = CPUINFO) -> dict[str, str | None]:
+    """This machine's CPU as ``machine.jsonl`` records it: its name, family and model numbers
+    (a virtual CPU's name may not tell which it is), and the instruction set torch's kernels
+    use."""
+    fields = cpu_fields(cpuinfo)
+    return {
+        "cpu": cpu_name(fields),
+        "cpu_family": fields.get("cpu family"),
+        "cpu_model": fields.get("model"),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def same_cpu(record: dict, cpu: dict) -> bool:
+    """Whether a machine.jsonl ``record`` ran on the CPU ``cpu`` (`this_cpu`) describes: the
+    same name and instruction set, and the same family and model numbers where both record
+    them (a record written before ragen kept them has none). A GPU run's pace is its GPU's:
+    never the same."""
+    if record.get("device") == "cuda":
+        return False
+    if any(record.get(key) != cpu.get(key) for key in ("cpu", "cpu_capability")):
+        return False
+    return all(
+        record.get(key) is None or cpu.get(key) is None or record[key] == cpu[key]
+        for key in ("cpu_family", "cpu_model")
+    )
+
+
+def ran_only_on(path: Path, cpu: dict) -> bool:
+    """Whether the run whose machine.jsonl is ``path`` recorded every start on ``cpu``
+    (`same_cpu`); False for a run without one."""
+    records = [r for r in read_jsonl(path).records if isinstance(r, dict)]
+    return bool(records) and all(same_cpu(r, cpu) for r in records)
 
 
 def _cores() -> int | None:

@@ -34,12 +34,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
 from ragen.run.jsonl import write_atomic
 from ragen.run.lock import hold, holder
+from ragen.run.machine import ran_only_on, this_cpu
 from ragen.run.rundir import RunDir
 from ragen.study.spec import SFT, TRAIN, PlannedRun
 from ragen.train.checkpoint import complete_checkpoints
@@ -263,7 +265,7 @@ def run_all(
             say(f"{head}: {shlex.join(['ragen', *command_line(run, resume)])}")
             left = time_left(planned, state)
             if left is not None:
-                say(f"{head}: about {left / 60:.1f} h left at the pace of the runs done")
+                say(f"{head}: {left.line()}")
             before = state.minutes(run) or 0.0
             state.mark(run, "running")
             mark_time = partial(_mark_time, state, run, before, time.monotonic())
@@ -319,18 +321,42 @@ def ticking(tick: Callable[[], None], every: float) -> Iterator[None]:
         thread.join()
 
 
-def time_left(planned: list[PlannedRun], state: StudyState) -> float | None:
-    """Minutes the runs not yet done will take if each takes the mean of the done runs of
-    its command (a warm start is a few minutes, a run tens); None until each command with a
-    run left has one done."""
-    left = 0.0
+@dataclass(frozen=True)
+class TimeLeft:
+    """What the runs not yet done will take, and what that is judged from."""
+
+    minutes: float
+    here: bool
+    """Paced by runs done on this machine alone; False when some kind of run (a warm start,
+    a run) has none done here yet and is paced by those done elsewhere or unrecorded."""
+
+    def line(self) -> str:
+        """The line the study and its status print: "about 8.3 h left at the pace of …"."""
+        pace = "on this machine" if self.here else "(some elsewhere: this machine may differ)"
+        return f"about {self.minutes / 60:.1f} h left at the pace of the runs done {pace}"
+
+
+def time_left(
+    planned: list[PlannedRun], state: StudyState, cpu: dict | None = None
+) -> TimeLeft | None:
+    """The minutes the runs not yet done will take if each takes the mean of the done runs
+    of its command (a warm start is a few minutes, a run tens) that ran on this machine's
+    ``cpu`` (`this_cpu`; their machine.jsonl), or of all its done runs while none did: a
+    study that moved to another machine is paced by what it does there. None until each
+    command with a run left has one done."""
+    cpu = this_cpu() if cpu is None else cpu
+    left, here = 0.0, True
     for command in {p.command for p in planned if not state.is_done(p)}:
         mine = [p for p in planned if p.command == command]
-        done = [state.minutes(p) or 0.0 for p in mine if state.is_done(p)]
+        done = [p for p in mine if state.is_done(p)]
         if not done:
             return None
-        left += (len(mine) - len(done)) * sum(done) / len(done)
-    return left
+        local = [p for p in done if ran_only_on(RunDir(p.root).machine, cpu)]
+        here = here and bool(local)
+        paced = local or done
+        mean = sum(state.minutes(p) or 0.0 for p in paced) / len(paced)
+        left += (len(mine) - len(done)) * mean
+    return TimeLeft(left, here)
 
 
 def _check_not_running(run: PlannedRun) -> None:

@@ -104,7 +104,7 @@ def status_text(study_key: str, seeds: int, planned: list[PlannedRun], state: St
         lines.append("no study process is running: the same `ragen study` command goes on")
     left = time_left(planned, state)
     if left is not None and done < len(planned):
-        lines.append(f"about {left / 60:.1f} h left at the pace of the runs done")
+        lines.append(left.line())
     return "\n".join(lines) + "\n"
 
 
