@@ -216,6 +216,14 @@ def test_a_changed_plan_or_another_study_is_refused_before_anything_runs(tmp_pat
     changed = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out, ("algo.kl_coef=0.01",))
     with pytest.raises(runner.StudyError, match="but the study now asks for"):
         runner.run_all(changed, out, study="tiny", scale="cpu", launch=in_process(calls))
+    # how often a run checkpoints, and what it logs to, change what it writes, not its results
+    bookkeeping = (
+        "trainer.save_every=0",
+        "trainer.keep_checkpoints=3",
+        "logging.tensorboard=false",
+    )
+    rewritten = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out, bookkeeping)
+    runner.run_all(rewritten[:1], out, study="tiny", scale="cpu", launch=in_process(calls))
     with pytest.raises(runner.StudyError, match="holds the study 'tiny' at scale 'cpu'"):
         runner.run_all(planned, out, study="other", scale="cpu", launch=in_process(calls))
     assert calls == [("keep-all", False)]

@@ -43,7 +43,7 @@ from ragen.run.jsonl import write_atomic
 from ragen.run.lock import hold, holder
 from ragen.run.machine import ran_only_on, this_cpu
 from ragen.run.rundir import RunDir
-from ragen.study.spec import SFT, TRAIN, PlannedRun
+from ragen.study.spec import BOOKKEEPING, SFT, TRAIN, PlannedRun, compared
 from ragen.train.checkpoint import complete_checkpoints
 
 STATE_FILE = "study.json"
@@ -159,12 +159,17 @@ class StudyState:
         """Refuse a run recorded with other settings than the study gives it now: another
         preset or overrides, or the same ones resolving to other values (the preset file or
         ragen's defaults changed since it started). A setting that one side lacks (a key
-        ragen added or removed since) is not compared."""
+        ragen added or removed since) is not compared, nor one of BOOKKEEPING (how often it
+        checkpoints, what it logs to)."""
         saved = self.data["runs"].get(run_key(run))
         if saved is None:
             return
-        asked = {"preset": run.preset, "overrides": list(run.overrides)}
-        recorded = {"preset": saved.get("preset"), "overrides": saved.get("overrides")}
+        asked = {"preset": run.preset, "overrides": compared(run.overrides)}
+        overrides = saved.get("overrides")
+        recorded = {
+            "preset": saved.get("preset"),
+            "overrides": compared(overrides) if isinstance(overrides, list) else overrides,
+        }
         if recorded != asked:
             raise StudyError(
                 f"{run.root} was run with {recorded}, but the study now asks for {asked}: "
@@ -174,7 +179,11 @@ class StudyState:
         if not isinstance(before, dict):
             return  # recorded by a ragen that did not keep the settings
         now = _as_json(run.settings())
-        changed = [key for key in now if key in before and before[key] != now[key]]
+        changed = [
+            key
+            for key in now
+            if key in before and key not in BOOKKEEPING and before[key] != now[key]
+        ]
         if changed:
             shown = ", ".join(f"{k} {before[k]!r} → {now[k]!r}" for k in changed[:MAX_SHOWN])
             more = f" and {len(changed) - MAX_SHOWN} more" if len(changed) > MAX_SHOWN else ""

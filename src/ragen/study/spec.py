@@ -35,6 +35,7 @@ It fine-tunes with its own overrides, then the command line's, then ``trainer.se
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -336,6 +337,28 @@ def _check_expectations(expect: list[Expectation], runs: set[str]) -> None:
         for name in (want.higher, want.lower):
             if name.removesuffix(START) not in runs:
                 raise ConfigError(f"expect names {name!r}, which is no run of the study")
+
+
+BOOKKEEPING = frozenset(
+    {
+        "trainer.save_every",
+        "trainer.keep_checkpoints",
+        "logging.progress",
+        "logging.tensorboard",
+        "logging.wandb",
+        "logging.wandb_project",
+    }
+)
+"""Settings that change what a run writes beside its results, not the results: a run resumes
+exactly from any of its checkpoints, so one checkpointed every step ends as one checkpointed
+at its end. A study may change them between its runs (more checkpoints once it outlasts a
+working session); the check that its runs still get the settings they were recorded with
+leaves them out."""
+
+
+def compared(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` (``key=value`` texts) without those of BOOKKEEPING settings."""
+    return [o for o in overrides if o.partition("=")[0].strip() not in BOOKKEEPING]
 
 
 def flat_settings(tree: dict, prefix: str = "") -> dict[str, Any]:
