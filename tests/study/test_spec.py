@@ -293,3 +293,9 @@ def test_the_plan_of_a_warm_started_study_counts_its_warm_starts_apart(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("ragen sft frozen-lake --preset frozen-lake sft.steps=4 ")
     assert lines[-1] == f"4 runs of mine after 2 warm starts at scale cpu in {tmp_path / 'o'}"
+
+
+def test_bookkeeping_overrides_are_left_out_of_the_comparison():
+    overrides = ["trainer.save_every=1", " logging.progress =false", "algo.kl_coef=0.0", 3]
+    # a hand-edited record's odd entry stays, for the comparison to refuse
+    assert spec.compared(overrides) == ["algo.kl_coef=0.0", 3]

@@ -356,9 +356,14 @@ working session); the check that its runs still get the settings they were recor
 leaves them out."""
 
 
-def compared(overrides: Sequence[str]) -> list[str]:
-    """``overrides`` (``key=value`` texts) without those of BOOKKEEPING settings."""
-    return [o for o in overrides if o.partition("=")[0].strip() not in BOOKKEEPING]
+def compared(overrides: Sequence[object]) -> list[object]:
+    """``overrides`` (``key=value`` texts) without those of BOOKKEEPING settings; anything
+    else (a hand-edited study.json's) is kept, for the comparison to refuse."""
+    return [
+        o
+        for o in overrides
+        if not (isinstance(o, str) and o.partition("=")[0].strip() in BOOKKEEPING)
+    ]
 
 
 def flat_settings(tree: dict, prefix: str = "") -> dict[str, Any]:
