@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from tests.study.test_run import STUDY, WARM_STUDY, in_process
+from tests.study.test_run import STUDY, TWO_RUNS, in_process
 
 from ragen.cli import main
 from ragen.run.jsonl import read_jsonl
@@ -16,10 +16,6 @@ from ragen.study.adopt import adopt
 from ragen.train.eval_cache import REUSED_FROM
 
 LOGS = ("config.yaml", "metrics.jsonl", "eval.jsonl")
-TWO_RUNS = WARM_STUDY.replace(
-    "  - {name: rl, preset: bandit}", "  - {name: a, preset: bandit}\n  - {name: b, preset: bandit}"
-)
-"""The warm-started study with two runs, a and b, from its warm start."""
 
 
 def _study(tmp_path, text, name):

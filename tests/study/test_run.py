@@ -294,6 +294,11 @@ runs:
   - {{name: rl, preset: bandit}}
 """
 
+TWO_RUNS = WARM_STUDY.replace(
+    "  - {name: rl, preset: bandit}", "  - {name: a, preset: bandit}\n  - {name: b, preset: bandit}"
+)
+"""The warm-started study with two runs, a and b, from its warm start."""
+
 
 def test_the_runs_of_a_warm_started_study_start_from_its_last_checkpoint(tmp_path):
     path = tmp_path / "warm.yaml"
@@ -326,12 +331,8 @@ def test_the_runs_of_a_warm_started_study_start_from_its_last_checkpoint(tmp_pat
 
 
 def test_the_time_left_is_the_pace_of_the_done_runs_of_each_command(tmp_path):
-    text = WARM_STUDY.replace(
-        "  - {name: rl, preset: bandit}",
-        "  - {name: a, preset: bandit}\n  - {name: b, preset: bandit}",
-    )
     path = tmp_path / "warm.yaml"
-    path.write_text(text)
+    path.write_text(TWO_RUNS)
     planned = spec.plan(spec.load_study(str(path)), "cpu", 2, tmp_path / "out")
     state = runner.StudyState(tmp_path, "warm", "cpu")
     assert runner.time_left(planned, state) is None  # nothing done: no pace yet

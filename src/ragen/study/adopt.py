@@ -30,7 +30,7 @@ from ragen.config.loading import read_yaml
 from ragen.run.jsonl import read_jsonl
 from ragen.run.rundir import RunDir
 from ragen.study.runner import StudyError, StudyState, run_key
-from ragen.study.spec import BOOKKEEPING, EVAL_BEFORE, SFT, PlannedRun, flat_settings
+from ragen.study.spec import EVAL_BEFORE, SFT, PlannedRun, changed_settings, flat_settings
 
 LAUNCH_KEYS = frozenset({"model.spec", "trainer.eval_before_cache", "sft.warm_start"})
 """Settings a launch writes into a run's config.yaml beside what the study planned (the warm
@@ -102,12 +102,8 @@ def _check_settings(run: PlannedRun, source: Path) -> None:
     one of BOOKKEEPING)."""
     kept = json.loads(json.dumps(flat_settings(read_yaml(RunDir(source).config)), default=str))
     now = json.loads(json.dumps(run.settings(), default=str))
-    skip = (
-        LAUNCH_KEYS
-        | BOOKKEEPING
-        | (STAGE_KEYS if now.get("sft.warm_start") is True else frozenset())
-    )
-    changed = [k for k in now if k in kept and k not in skip and kept[k] != now[k]]
+    skip = LAUNCH_KEYS | (STAGE_KEYS if now.get("sft.warm_start") is True else frozenset())
+    changed = changed_settings(kept, now, skip)
     if changed:
         shown = ", ".join(f"{k} {kept[k]!r} → {now[k]!r}" for k in changed[:5])
         raise StudyError(

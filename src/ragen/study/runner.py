@@ -43,7 +43,7 @@ from ragen.run.jsonl import write_atomic
 from ragen.run.lock import hold, holder
 from ragen.run.machine import ran_only_on, this_cpu
 from ragen.run.rundir import RunDir
-from ragen.study.spec import BOOKKEEPING, SFT, TRAIN, PlannedRun, compared
+from ragen.study.spec import SFT, TRAIN, PlannedRun, changed_settings, compared
 from ragen.train.checkpoint import complete_checkpoints
 
 STATE_FILE = "study.json"
@@ -179,11 +179,7 @@ class StudyState:
         if not isinstance(before, dict):
             return  # recorded by a ragen that did not keep the settings
         now = _as_json(run.settings())
-        changed = [
-            key
-            for key in now
-            if key in before and key not in BOOKKEEPING and before[key] != now[key]
-        ]
+        changed = changed_settings(before, now)
         if changed:
             shown = ", ".join(f"{k} {before[k]!r} → {now[k]!r}" for k in changed[:MAX_SHOWN])
             more = f" and {len(changed) - MAX_SHOWN} more" if len(changed) > MAX_SHOWN else ""

@@ -366,6 +366,18 @@ def compared(overrides: Sequence[object]) -> list[object]:
     ]
 
 
+def changed_settings(
+    before: dict[str, Any], now: dict[str, Any], skip: frozenset[str] = frozenset()
+) -> list[str]:
+    """The keys of ``now`` whose value ``before`` gives otherwise: not a key one side lacks
+    (added or removed by a later ragen), nor one of BOOKKEEPING or ``skip``."""
+    return [
+        key
+        for key in now
+        if key in before and key not in BOOKKEEPING and key not in skip and before[key] != now[key]
+    ]
+
+
 def flat_settings(tree: dict, prefix: str = "") -> dict[str, Any]:
     """A nested config mapping as ``{"algo.kl_coef": 0.0, "env.options.spaced": True, …}``."""
     flat: dict[str, Any] = {}
