@@ -34,8 +34,8 @@ def median_baseline(
 
     Returns:
         advantages (B, T): ``A_i = s_i - median_g`` on every sampled token of episode i, divided
-        by ``std_g + 1e-6`` (population std of the group) when ``grpo_norm_by_std``; returns =
-        advantages (no critic). 0 where mask == 0.
+        by ``std_g + 1e-6`` (the group's unbiased std, as ``grpo`` takes it) when
+        ``grpo_norm_by_std``; returns = advantages (no critic). 0 where mask == 0.
 
     Why: with a mean baseline, one lucky episode in a group of failures gives every failure a
     negative advantage; the median leaves the typical episode at 0 and credits only the ones
@@ -48,7 +48,7 @@ def median_baseline(
         s = scores[member].double()
         centred = s - torch.quantile(s, 0.5)  # quantile interpolates: the true median
         if coefs.grpo_norm_by_std:
-            centred = centred / (s.std(correction=0) + STD_EPS)
+            centred = centred / (s.std() + STD_EPS)
         adv[member] = centred
     out = torch.where(mask != 0, adv[:, None], 0.0).to(torch.float32)  # (B, T)
     return out, out.clone()

@@ -320,13 +320,13 @@ def test_bi_level_gae_empty_batch_rows():
 
 
 def test_grpo_known_groups():
-    # group 3: [1, 0, 1, 1]: mean .75, population std sqrt(.1875) = .4330127
-    #   A = .25 / .4330127 = .5773503, -.75 / .4330127 = -1.7320508
+    # group 3: [1, 0, 1, 1]: mean .75, squares .0625 × 3 + .5625 = .75, unbiased std
+    #   sqrt(.75 / 3) = .5: A = .25 / .5 = .5, -.75 / .5 = -1.5
     # group 10: [2, 2]: constant -> 0;  group 7: [5]: one member -> 0
     scores = torch.tensor([1.0, 2.0, 0.0, 5.0, 1.0, 2.0, 1.0])
     groups = torch.tensor([3, 10, 3, 7, 3, 10, 3])
     got = adv.grpo(scores, groups)
-    up, down = 0.25 / math.sqrt(0.1875), -0.75 / math.sqrt(0.1875)
+    up, down = 0.5, -1.5
     torch.testing.assert_close(got, torch.tensor([up, 0, down, 0, up, 0, up]), rtol=1e-5, atol=1e-5)
     centred = adv.grpo(scores, groups, norm_by_std=False)
     torch.testing.assert_close(centred, torch.tensor([0.25, 0, -0.75, 0, 0.25, 0, 0.25]))
@@ -347,7 +347,7 @@ def test_grpo_group_has_unit_std():
     for k in range(4):
         part = got[4 * k : 4 * k + 4].double()
         assert abs(part.mean()) < 1e-6
-        assert abs(part.std(correction=0) - 1) < 1e-5
+        assert abs(part.std() - 1) < 1e-5
 
 
 def test_rloo_known_group():

@@ -282,10 +282,13 @@ def test_dr_grpo_is_the_two_settings_it_stands_for():
     for advantages, loss in (dr, spelled):
         torch.testing.assert_close(advantages, want)
         torch.testing.assert_close(loss, torch.tensor(-2.5 / 4))
-    # plain grpo divides by each group's std (0.5, 1.5): ±1; token mean of -A over 7 tokens
+    # plain grpo divides by each group's unbiased std (0.5 √2, 1.5 √2): ±1/√2; token mean of
+    # -A over 7 tokens
     advantages, loss = _grpo_loss(AlgoConfig(estimator="grpo"))
-    torch.testing.assert_close(advantages, torch.tensor([1.0, -1, 1, -1])[:, None] * DR_MASK)
-    torch.testing.assert_close(loss, torch.tensor(-3 / 7))
+    half = 0.5**0.5
+    want = torch.tensor([half, -half, half, -half])[:, None] * DR_MASK
+    torch.testing.assert_close(advantages, want)
+    torch.testing.assert_close(loss, torch.tensor(-3 / 7 * half))
 
 
 def test_aggregate_gradient_only_on_masked_tokens():

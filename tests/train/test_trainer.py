@@ -329,9 +329,10 @@ def test_gae_advantages_are_whitened_and_their_targets_are_not():
 def test_grpo_advantages_are_not_whitened():
     trainer = _trainer("algo.estimator=grpo", "algo.filter_ratio=1")
     data = trainer.prepare(_spread_returns(trainer.collect(0)))
-    # each group holds returns 2g and 2g + 1: (s - mean) / (std + 1e-6) = ±.5 / .500001
+    # each group holds returns 2g and 2g + 1: unbiased std √.5, so
+    # (s - mean) / (std + 1e-6) = ±.5 / (√.5 + 1e-6)
     sign = torch.tensor([-1.0, 1.0]).repeat(len(data.advantages) // 2)[:, None]
-    want = sign * 0.5 / (0.5 + 1e-6) * data.loss_mask
+    want = sign * 0.5 / (0.5**0.5 + 1e-6) * data.loss_mask
     torch.testing.assert_close(data.advantages, want)
 
 

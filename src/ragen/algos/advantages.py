@@ -312,16 +312,18 @@ def grpo(scores: Tensor, group_ids: Tensor, norm_by_std: bool = True, eps: float
         eps: added to the std before dividing.
 
     Returns:
-        (B,) ``A_i = (s_i - mean_g) / (std_g + eps)`` (or ``s_i - mean_g``), with mean_g and
-        std_g the population mean and std (divide by N) of the episode's group. A group
-        whose scores are all equal, one-member groups included, gets exactly 0.
+        (B,) ``A_i = (s_i - mean_g) / (std_g + eps)`` (or ``s_i - mean_g``), with mean_g the
+        mean and std_g the unbiased std (Bessel's correction, divide by N - 1, as RAGEN and
+        verl take it) of the episode's group. A group whose scores are all equal, one-member
+        groups included, gets exactly 0.
     """
     work = work_dtype(scores.device)
     s = scores.to(work)
     inverse, count, mean, constant = _groups(s, group_ids)
     centred = s - mean
     if norm_by_std:
-        var = torch.zeros_like(s).index_add(0, inverse, centred.square())[inverse] / count
+        squares = torch.zeros_like(s).index_add(0, inverse, centred.square())[inverse]
+        var = squares / (count - 1).clamp(min=1)  # a one-member group is constant: 0 below
         centred = centred / (var.sqrt() + eps)
     return torch.where(constant, torch.zeros_like(s), centred).to(out_dtype(scores))
 
