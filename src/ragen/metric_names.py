@@ -66,8 +66,9 @@ SFT_GRAD_NORM = "sft/grad_norm"
 GRAD_NORM_TERMS = ("task", "entropy", "kl", "value")
 """The loss terms whose gradient norms the reporter logs, each where the loss has it."""
 BUCKET_FACTS = ("rows", "tokens", "reward_std_min", "reward_std_max")
-"""What the reporter logs of each bucket besides the norms: its episodes, their sampled
-tokens, and the range of its groups' reward std."""
+"""What the reporter logs of each bucket besides the norms: its rows (episodes, or turn
+samples when the context window is not full), their sampled tokens, and the range of its
+groups' reward std."""
 
 
 def bucket_metric(bucket: str, quantity: str) -> str:

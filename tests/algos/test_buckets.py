@@ -43,3 +43,16 @@ def test_rows_take_their_groups_bucket_and_std():
     assert bucket.tolist() == [2, 1, 2, 1, 0, 0, 0]
     assert std.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
     assert [bucket_name(k) for k in range(3)] == ["bucket_1", "bucket_2", "bucket_3"]
+
+
+def test_turn_samples_take_their_episodes_group_spread_one_entry_per_episode():
+    # group 0: returns 0 (1 turn) and 1 (3 turns), std .5; group 1: 0 and .9 (2 turns
+    # each), std .45. Taken over the rows, group 0's would be .433 and rank below group 1's.
+    returns = torch.tensor([0.0, 1.0, 0.0, 0.9])
+    groups = torch.tensor([0, 0, 1, 1])
+    episodes = torch.tensor([0, 1, 1, 1, 2, 2, 3, 3])
+    bucket, std = row_buckets(returns, groups, 2, episodes)
+    assert bucket.tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert std.tolist() == pytest.approx([0.5] * 4 + [0.45] * 4)
+    by_row, _ = row_buckets(returns[episodes], groups[episodes], 2)
+    assert by_row.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]

@@ -197,3 +197,25 @@ def test_a_term_the_loss_lacks_is_not_reported():
     buckets = ("all", "bucket_1", "bucket_2", "bucket_3", "bucket_4")
     assert norms == {f"grad_norm/{b}/task" for b in buckets}
     assert got["grad_norm/bucket_1/task"] > 0  # the constant group's advantages: GAE's, not 0
+
+
+def test_turn_sample_rows_are_bucketed_by_their_episodes_groups():
+    # two turns of one action each, a sample per turn: each group's spread is taken over its
+    # two episodes (0.15 (3 - g)), whatever number of turn samples each episode gave
+    trainer = _trainer(
+        "rollout.max_turns=2",
+        "rollout.context_window=single_turn",
+        "rollout.context_turns=1",
+        "trainer.gradient_analysis_every=1",
+    )
+    kept, _ = trainer.filter(trainer.collect(0))
+    data = trainer.prepare(kept, estimate=True)
+    assert data.episodes is not None and len(data.episodes) > len(kept)
+    got = trainer.analyse_gradients(data, kept, 0)
+    assert got["grad_norm/all/rows"] == len(data.episodes)
+    assert got["grad_norm/all/reward_std_min"] == pytest.approx(0.0)
+    assert got["grad_norm/all/reward_std_max"] == pytest.approx(0.45)
+    spread = {k: got[f"grad_norm/bucket_2/reward_std_{k}"] for k in ("min", "max")}
+    assert spread == pytest.approx({"min": 0.3, "max": 0.45})
+    # groups 2 and 3 (stds 0.15, 0) in bucket_1: the rows of their episodes
+    assert got["grad_norm/bucket_1/rows"] == sum(kept[e].group >= 2 for e in data.episodes.tolist())

@@ -47,20 +47,29 @@ def variance_buckets(stds: Tensor, buckets: int) -> Tensor:
     return out
 
 
-def row_buckets(returns: Tensor, group_ids: Tensor, buckets: int) -> tuple[Tensor, Tensor]:
+def row_buckets(
+    returns: Tensor, group_ids: Tensor, buckets: int, episodes: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Each row's bucket and its group's reward std.
 
+    A group's spread is taken over its episodes, one entry each, also when the rows are
+    turn samples: an episode of more turns does not weigh more.
+
     Args:
-        returns: (B,) each row's episode return.
-        group_ids: (B,) each row's group; a group's rows need not be adjacent or of one count.
+        returns: (E,) each episode's return.
+        group_ids: (E,) each episode's group; a group's episodes need not be adjacent or of
+            one count.
         buckets: K, the number of buckets.
+        episodes: (R,) the episode of each row when the rows are turn samples; None when
+            each episode is one row (R = E).
 
     Returns:
-        (B,) long bucket of each row's group (`variance_buckets`), and (B,) float64 std of
+        (R,) long bucket of each row's group (`variance_buckets`), and (R,) float64 std of
         each row's group's returns (`group_std`).
     """
-    ids, row_group = torch.unique(group_ids, sorted=True, return_inverse=True)  # (G,), (B,)
+    ids, episode_group = torch.unique(group_ids, sorted=True, return_inverse=True)  # (G,), (E,)
     stds = torch.stack(
-        [group_std(returns[row_group == g].double()[None])[0] for g in range(len(ids))]
+        [group_std(returns[episode_group == g].double()[None])[0] for g in range(len(ids))]
     )  # (G,)
+    row_group = episode_group if episodes is None else episode_group[episodes]  # (R,)
     return variance_buckets(stds, buckets)[row_group], stds[row_group]

@@ -78,15 +78,17 @@ def bucket_norms(
 ) -> dict[str, float]:
     """The reporter's metrics (`names.bucket_metric`) of the batch ``data``.
 
-    data: the step's kept rows, (B, T) each, advantages filled in.
-    returns, group_ids: (B,) each row's episode return and group.
+    data: the step's kept rows, (R, T) each, advantages filled in: one per episode, or one
+        per turn sample (``data.episodes`` (R,) then names each row's episode).
+    returns, group_ids: (E,) each kept episode's return and group.
     buckets: how many reward-variance buckets (`ragen.algos.buckets.variance_buckets`).
 
     Per non-empty bucket and ``all``: each term's gradient norm, and the bucket's rows,
     sampled tokens and range of its groups' reward std. The weights and the optimisers' state
     are left as they were, the gradients cleared (None)."""
     assert data.advantages is not None  # the trainer estimates them before it calls this
-    bucket_of, stds = row_buckets(returns.cpu(), group_ids.cpu(), buckets)  # (B,), (B,)
+    episodes = None if data.episodes is None else data.episodes.cpu()
+    bucket_of, stds = row_buckets(returns.cpu(), group_ids.cpu(), buckets, episodes)  # (R,), (R,)
     chosen = [(ALL, torch.arange(len(bucket_of)))]
     for k in range(buckets):
         rows = (bucket_of == k).nonzero().flatten()

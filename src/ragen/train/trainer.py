@@ -466,8 +466,6 @@ class Trainer:
                 data = self.prepare(kept, estimate=True)
             returns = torch.tensor([episode.total_reward for episode in kept])
             groups = torch.tensor([episode.group for episode in kept])
-            if data.episodes is not None:  # rows are turn samples: each takes its episode's
-                returns, groups = returns[data.episodes.cpu()], groups[data.episodes.cpu()]
             metrics = gradient_analysis.bucket_norms(
                 self.m.policy,
                 self.m.critic,
