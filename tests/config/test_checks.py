@@ -46,6 +46,16 @@ BAD_COMBINATIONS = [
         "filter_metric=reward",
     ),
     (["algo.filter_strategy=top_p", "algo.filter_type=smallest"], "algo.filter_type", "largest"),
+    (
+        ["algo.filter_strategy=top_p", "algo.filter_metric=reward"],
+        "algo.filter_strategy and algo.filter_metric",
+        "filter_top_p_mode=softmax",
+    ),
+    (
+        ["algo.filter_strategy=min_p", "algo.filter_metric=reward_sum"],
+        "algo.filter_strategy and algo.filter_metric",
+        "filter_strategy=top_k or top_k_abs",
+    ),
     (["algo.soft_advantage_reweight=true"], "algo.soft_advantage_reweight", "estimator=grpo"),
     (["algo.dr_grpo=true"], "algo.dr_grpo and algo.estimator", "use algo.estimator=grpo"),
     (
@@ -73,6 +83,19 @@ def test_contradictions_are_refused_with_the_keys_named(overrides, key, allowed)
     message = str(err.value)
     assert key in message and allowed in message
     assert "\n" not in message
+
+
+def test_a_signed_metric_runs_with_the_strategies_that_rank_it():
+    # top_k ranks, softmax top_p takes a probability mass, top_p at 1 keeps every group and
+    # min_p at 1 the best: none reads a negative score as an amount
+    for overrides in (
+        ["algo.filter_strategy=top_k"],
+        ["algo.filter_strategy=top_p", "algo.filter_top_p_mode=softmax"],
+        ["algo.filter_strategy=top_p", "algo.filter_top_p=1"],
+        ["algo.filter_strategy=min_p", "algo.filter_min_p=1"],
+    ):
+        c = config.load("bandit", [*overrides, "algo.filter_metric=reward"])
+        assert c.algo.filter_metric == "reward"
 
 
 def test_top_p_bounds_the_mini_batch_by_every_episode():

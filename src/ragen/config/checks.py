@@ -221,7 +221,32 @@ def _check_filter(c: Config) -> None:
             f"{strategy} filtering does not read filter_ratio; set "
             "monitor.rollback_filter_ratio=null, or use filter_strategy=top_k",
         )
+    _check_signed_shares(a, strategy)
     _check_advantage_weights(c)
+
+
+SIGNED_METRICS = ("reward", "reward_sum")
+"""Filter metrics whose scores may be negative (a return: step costs, format penalties)."""
+
+
+def _check_signed_shares(a: AlgoConfig, strategy: str) -> None:
+    """Linear top_p (a share of the summed score) and min_p (a share of the best score)
+    read scores as amounts >= 0; by a mean or summed return, which may be negative, they
+    would keep no group (the target is met before the first) or a wrong set."""
+    linear_top_p = strategy == "top_p" and a.filter_top_p_mode == "linear"
+    if a.filter_metric not in SIGNED_METRICS or not (linear_top_p or strategy == "min_p"):
+        return
+    key = FILTER_VALUE_KEYS[strategy]
+    if getattr(a, key) >= 1.0:
+        return  # top_p keeps every group, min_p the best: right whatever the sign
+    shown = "top_p (linear)" if linear_top_p else strategy
+    raise _contradiction(
+        "algo.filter_strategy and algo.filter_metric",
+        f"{shown} by {a.filter_metric}",
+        f"{shown} takes a share of scores that must not be negative, and a return can be; "
+        "use filter_strategy=top_k or top_k_abs, algo.filter_top_p_mode=softmax, or a metric "
+        "that is never negative (reward_variance, entropy, entropy_variance, length)",
+    )
 
 
 def _check_filter_spelling(a: AlgoConfig) -> str:

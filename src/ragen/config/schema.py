@@ -279,7 +279,9 @@ class AlgoConfig:
     filter_ratio share of groups with the best scores (StarPO-S); top_k_abs the filter_k
     best; top_p (RAGEN-2's SNR-aware filter) the best until their scores add up to
     filter_top_p of all groups' (see filter_top_p_mode), so the count varies by step; min_p
-    every group scoring at least filter_min_p × the best score."""
+    every group scoring at least filter_min_p × the best score. Linear top_p and min_p take
+    shares of scores, so with filter_metric reward or reward_sum (a return may be negative)
+    they are refused below 1."""
     filter_metric: FilterMetric = "reward_variance"
     """A group's score: reward_variance (the std of its episode returns, with Bessel's
     correction), reward (their mean), reward_sum, entropy (the mean over its episodes of each
