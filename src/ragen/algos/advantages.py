@@ -487,6 +487,9 @@ def _est_gigpo(
             f"anchor_ids {tuple(anchor_ids.shape)} must hold one id per turn of each row "
             f"({mask.shape[0]} rows, up to {width} turns)"
         )
+    if width == 0:  # no row holds a sampled token: nothing to credit
+        zeros = torch.zeros(mask.shape, dtype=out_dtype(rewards, scores), device=mask.device)
+        return zeros, zeros.clone()
     sampled = turns >= 0
     slot = turns.clamp(min=0)
     work = work_dtype(mask.device)

@@ -50,7 +50,7 @@ def discounted_turn_returns(turn_rewards: Tensor, turn_valid: Tensor, gamma: flo
     """
     rewards = torch.where(turn_valid, turn_rewards, torch.zeros_like(turn_rewards))
     returns = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[:, 0])
+    running = rewards.new_zeros(rewards.shape[0])  # (B,); M may be 0: no turns
     for t in range(rewards.shape[1] - 1, -1, -1):  # M is the turn count: a few dozen at most
         running = rewards[:, t] + gamma * running
         returns[:, t] = running
