@@ -58,7 +58,7 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - started
     facts = models.describe(model, tokenizer)
     facts["bf16_native"] = models.bf16_supported("cpu")
-    # a fresh process also imports transformers' model code here (~4-5 s on 2 cores)
+    # a fresh process also imports transformers' model code here, which the time includes
     facts["load_seconds_incl_imports"] = round(load_s, 2)
     width = max(map(len, facts))
     print(f"model {args.spec}")

@@ -174,8 +174,9 @@ class RolloutConfig:
     (rollout/return_end_truncated_reply_length shows what cutting pays)."""
     reward_terms: dict[str, float] = opt({})
     """Shaping terms added to each turn's reward, name: weight (built-ins think_bonus,
-    think_tokens, or module:function); each is logged as reward/<name>. A module:function is
-    user code: it is imported when a run starts, never to check or show a config."""
+    think_tokens, answered_think_tokens, or module:function); each is logged as
+    reward/<name>. A module:function is user code: it is imported when a run starts, never
+    to check or show a config."""
     demos: int = opt(0, ge=0, le=100)
     """Worked turns of other instances of the game shown before each dialogue (few-shot)."""
     reward_placement: Literal["last_token", "per_turn"] = "last_token"

@@ -28,8 +28,8 @@ stops counting at 2), until the difficulty's share is empty. All randomness come
 versions, so a seed names the same puzzle on every machine and in every process.
 
 ``size=4`` (registered as ``sudoku-4x4``) plays 4×4 grids of 2×2 boxes, as upstream's first
-Sudoku did by default: 6 to 9 moves on a grid of about 40 tokens, where 9×9 takes 32 to 48
-moves on one of about 200, more turns and context than a small model on a CPU gets.
+Sudoku did by default: 6 to 9 moves on a grid of about 57 tokens, where 9×9 takes 32 to 48
+moves on one of about 210, more turns and context than a small model on a CPU gets.
 
 The expert (`SudokuEnv.expert`) fills a forced cell, one a player can prove from the grid: a
 naked single (the one digit its row, column and box leave) or a hidden single (the one cell of

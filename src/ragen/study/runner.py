@@ -12,7 +12,7 @@ so a preset file or a default of ragen changed under a study stops it before the
 
 A finished run's checkpoints are removed unless asked to keep them: the study reads only
 its logs, and at CPU scale one run's checkpoints (model, critic and their optimiser states)
-take 1.5-6 GB, so a few studies filled this machine's disk. A warm start's are kept: the
+take 1.5-6 GB, enough for a few studies to fill a disk. A warm start's are kept: the
 runs of its seed start from its last one.
 
 Each run is its own process (`python -m ragen train`), so a run that dies (out of memory,

@@ -1,10 +1,10 @@
 """The weights the rollout samples with: the policy's float32 master weights, or a copy of
 them in ``model.dtype`` that follows every change of the master.
 
-Sampling in bf16 where the CPU runs it natively (AVX512-BF16, AMX) decodes about 1.5× faster
-than float32 here (``benchmarks/generator.py --dtype``), and a GPU's bf16 more. The update
-keeps training the float32 master weights; each rollout starts by copying them into the
-copy if they changed since the last one (an optimiser step, a rollback, a resumed
+Sampling in bf16 where the CPU runs it natively (AVX512-BF16, AMX) decodes faster than
+float32 (``benchmarks/generator.py --dtype``; docs/performance.md), and a GPU's bf16 more.
+The update keeps training the float32 master weights; each rollout starts by copying them
+into the copy if they changed since the last one (an optimiser step, a rollback, a resumed
 checkpoint). The old log-probs are the update's own, so the ratio it clips is between the
 update's forwards; the sampler's rounding is outside it, as with any engine that samples
 in another precision than it trains (vLLM's bf16 beside float32 master weights).
