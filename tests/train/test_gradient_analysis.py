@@ -207,6 +207,8 @@ def test_turn_sample_rows_are_bucketed_by_their_episodes_groups():
         "rollout.context_window=single_turn",
         "rollout.context_turns=1",
         "trainer.gradient_analysis_every=1",
+        "algo.kl_coef=0",  # the buckets, not the terms, are under test: the fewest terms
+        "algo.entropy_coef=0",
     )
     kept, _ = trainer.filter(trainer.collect(0))
     data = trainer.prepare(kept, estimate=True)
