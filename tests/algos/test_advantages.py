@@ -455,6 +455,22 @@ def test_every_estimator_shares_one_call_shape(name):
     assert torch.isfinite(a).all() and not (a * (1 - mask)).any()
 
 
+@pytest.mark.parametrize("name", sorted(adv.ESTIMATORS))
+def test_every_estimator_gives_zeros_to_a_batch_without_a_sampled_token(name):
+    # every row's reply cut before its first token: no turn anywhere (gigpo: M = 0 turns)
+    a, r = adv.estimate(
+        name,
+        rewards=torch.zeros(2, 5),
+        mask=torch.zeros(2, 5),
+        values=torch.zeros(2, 5),
+        scores=torch.tensor([1.0, 0.0]),
+        group_ids=torch.tensor([0, 0]),
+        anchor_ids=torch.zeros(2, 0, dtype=torch.long),
+        coefs=coefs(),
+    )
+    assert a.shape == (2, 5) and not a.any() and not r.any()
+
+
 def test_sequence_estimators_broadcast_over_sampled_tokens():
     mask = torch.tensor([[0.0, 1, 1, 0], [1, 1, 0, 0]])
     a, r = adv.estimate(
