@@ -2,6 +2,7 @@
 trainer.eval_before_cache: that evaluation shared by runs from the same weights;
 trainer.eval_k: tries per evaluation seed."""
 
+import copy
 import json
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config
+from ragen.models import load_tokenizer
 from ragen.report.runs import load_run
 from ragen.report.summary import story
 from ragen.run.jsonl import read_jsonl
@@ -163,12 +165,13 @@ def test_the_weights_digest_reads_every_byte():
 
 
 HERE = {"dtype": "float32", "kernels": "cpu AVX2"}
+W = {"weights": "w", "tokenizer": "t"}
 
 
 def test_the_key_holds_what_the_evaluation_plays_by_and_not_what_only_training_reads():
     request = EvalRequest(env="bandit", n=2)
     base = config.load("bandit", TINY_BANDIT)
-    key = eval_cache.eval_key(base, request, "w", HERE)
+    key = eval_cache.eval_key(base, request, W, HERE)
     # P, N, the training temperature, reward placement, reuse_k: the same evaluation
     trained_only = config.load(
         "bandit",
@@ -182,7 +185,7 @@ def test_the_key_holds_what_the_evaluation_plays_by_and_not_what_only_training_r
             "rollout.reuse_k=2",
         ],
     )
-    assert eval_cache.eval_key(trained_only, request, "w", HERE) == key
+    assert eval_cache.eval_key(trained_only, request, W, HERE) == key
     # what the episodes play by, the engine, the weights and the request: each a new key
     for change in (
         "rollout.max_reply_tokens=33",
@@ -194,13 +197,28 @@ def test_the_key_holds_what_the_evaluation_plays_by_and_not_what_only_training_r
         "env.options.low_payoff=0.2",
     ):
         changed = config.load("bandit", [*TINY_BANDIT, change])
-        assert eval_cache.eval_key(changed, request, "w", HERE) != key, change
-    assert eval_cache.eval_key(base, request, "v", HERE) != key
+        assert eval_cache.eval_key(changed, request, W, HERE) != key, change
+    for policy in ({**W, "weights": "v"}, {**W, "tokenizer": "u"}):
+        assert eval_cache.eval_key(base, request, policy, HERE) != key
+    # the same weights read from elsewhere (a study folder moved): the same key
+    moved = config.load("bandit", [*TINY_BANDIT, "model.spec=/elsewhere/step_000120"])
+    assert eval_cache.eval_key(moved, request, W, HERE) == key
     other = EvalRequest(env="bandit", n=2, temperature=0.7)
-    assert eval_cache.eval_key(base, other, "w", HERE) != key
+    assert eval_cache.eval_key(base, other, W, HERE) != key
     # the same weights sampled in another dtype, or by another CPU's kernels: a new key
     for machine in ({**HERE, "dtype": "bfloat16"}, {**HERE, "kernels": "cpu AVX512"}):
-        assert eval_cache.eval_key(base, request, "w", machine) != key
+        assert eval_cache.eval_key(base, request, W, machine) != key
+
+
+def test_the_tokenizer_digest_reads_its_vocabulary_and_chat_template():
+    tokenizer = load_tokenizer()
+    digest = eval_cache.tokenizer_digest(tokenizer)
+    assert eval_cache.tokenizer_digest(copy.deepcopy(tokenizer)) == digest
+    added = copy.deepcopy(tokenizer)
+    added.add_tokens(["<grid>"])
+    templated = copy.deepcopy(tokenizer)
+    templated.chat_template = "{{ messages[0]['content'] }}"
+    assert len({digest, *map(eval_cache.tokenizer_digest, (added, templated))}) == 3
 
 
 def test_the_sampling_machine_is_the_samplers_dtype_and_kernels():

@@ -458,7 +458,8 @@ class TrainerConfig:
     repeat it."""
     eval_before_cache: str = ""
     """A folder where the evaluation before training is kept for later runs: a run whose
-    starting weights (their bytes), model and env settings, the rollout settings an
+    starting weights and tokenizer (their bytes, wherever read from), other model and env
+    settings, the rollout settings an
     evaluation plays by (not P, N, the training temperature, reward_placement or reuse_k),
     training seed and evaluation settings all match a kept one reads its figures instead of
     playing the episodes again (eval.jsonl names the run that played them). Empty: off.

@@ -6,8 +6,10 @@ start from the embedded model. The first such run keeps its summary in a folder;
 finds it by a key of everything the figures depend on and reads it instead of playing the
 episodes again.
 
-The key holds the starting weights themselves (a digest of every tensor's bytes, so a warm
-start redone, or a LoRA adapter, is a new key), the model and env sections of the config,
+The key holds the starting policy itself: a digest of every tensor's bytes (so a warm start
+redone, or a LoRA adapter, is a new key) and one of the tokenizer. Where the weights were
+read from (``model.spec``) is not in it, so a study folder moved or adopted elsewhere still
+finds its kept evaluations. Beside them: the rest of the model section and the env section,
 the rollout settings the evaluation plays by (`evaluator.eval_spec` and the engine; not those
 only training reads: P, N, the training temperature, where rewards are placed, reuse_k), the
 training seed (it seeds the evaluation's sampling), the request (env, seeds, tries,
@@ -49,6 +51,27 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+def tokenizer_digest(tokenizer) -> str:
+    """BLAKE2b of how ``tokenizer`` turns text into tokens and back: the whole definition of a
+    fast (Rust) tokenizer (vocabulary, merges, normalizer, added tokens), else its vocabulary;
+    with its class, special tokens and chat template either way."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    body = (
+        backend.to_str()
+        if backend is not None
+        else json.dumps(sorted(tokenizer.get_vocab().items()))
+    )
+    rest = [type(tokenizer).__name__, tokenizer.special_tokens_map, tokenizer.chat_template]
+    text = body + json.dumps(rest, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=32).hexdigest()
+
+
+def policy_digests(model: torch.nn.Module, tokenizer) -> dict[str, str]:
+    """The starting policy as the key holds it: ``weights`` (`weights_digest`) and
+    ``tokenizer`` (`tokenizer_digest`)."""
+    return {"weights": weights_digest(model), "tokenizer": tokenizer_digest(tokenizer)}
+
+
 def sampling_machine(sampler: torch.nn.Module) -> dict:
     """What the episodes sampled with ``sampler`` (the weights the rollout samples with)
     depend on beyond its values: their dtype and the kernels that run them."""
@@ -60,18 +83,19 @@ def sampling_machine(sampler: torch.nn.Module) -> dict:
     return {"dtype": str(param.dtype).removeprefix("torch."), "kernels": kernels}
 
 
-def eval_key(config: Config, request: EvalRequest, weights: str, machine: dict) -> dict:
-    """Everything the figures of ``request`` depend on, for a policy with ``weights`` (its
-    ``weights_digest``) sampled on ``machine`` (`sampling_machine`): of the rollout section,
-    what the evaluation plays by."""
+def eval_key(config: Config, request: EvalRequest, policy: dict[str, str], machine: dict) -> dict:
+    """Everything the figures of ``request`` depend on, for the ``policy`` of
+    `policy_digests` sampled on ``machine`` (`sampling_machine`): of the model section, all
+    but where the weights were read from; of the rollout section, what the evaluation plays
+    by."""
     c = to_dict(config)
     return {
         "torch": torch.__version__,
         "machine": machine,
-        "weights": weights,
+        **policy,
         "seed": config.trainer.seed,
         "request": asdict(request),
-        "model": c["model"],
+        "model": {k: v for k, v in c["model"].items() if k != "spec"},
         "env": c["env"],
         "rollout": {**asdict(eval_spec(config, request)), "backend": config.rollout.backend},
     }

@@ -36,8 +36,8 @@ from ragen.train.eval_cache import (
     REUSED_FROM,
     EvalCache,
     eval_key,
+    policy_digests,
     sampling_machine,
-    weights_digest,
 )
 from ragen.train.evaluator import HEADLINE, EvalRequest, evaluate
 from ragen.train.generation_weights import COPYING_BACKENDS, GenerationWeights
@@ -216,11 +216,11 @@ class RunLoop:
         t, trainer = self.config.trainer, self.trainer
         metrics = {}
         trainer.sampler.refresh()
-        # the starting policy's digest, read once for every env, where a cache may hold it
+        # the starting policy's digests, read once for every env, where a cache may hold it
         cacheable = (
             step == BEFORE_TRAINING and t.eval_before_cache and distributed.world_size() == 1
         )
-        weights = weights_digest(trainer.m.policy) if cacheable else None
+        policy = policy_digests(trainer.m.policy, trainer.m.tokenizer) if cacheable else None
         for env in self.config.env.eval_names or [self.config.env.name]:
             request = EvalRequest(
                 env=env,
@@ -229,7 +229,7 @@ class RunLoop:
                 temperature=t.eval_temperature,
                 split=t.eval_split,
             )
-            summary = self.summarize(request, weights)
+            summary = self.summarize(request, policy)
             if distributed.is_main():
                 with self.run.writing(self.run.evals):
                     append_jsonl(self.run.evals, [{"step": step, **summary}])
@@ -244,14 +244,14 @@ class RunLoop:
             )
         return metrics
 
-    def summarize(self, request: EvalRequest, weights: str | None) -> dict:
-        """The summary of ``request``: played, or, given the starting policy's ``weights``
-        digest, read from ``trainer.eval_before_cache`` where a run kept it (and kept there
-        for the next run when not)."""
+    def summarize(self, request: EvalRequest, policy: dict[str, str] | None) -> dict:
+        """The summary of ``request``: played, or, given the starting ``policy``'s digests
+        (`policy_digests`), read from ``trainer.eval_before_cache`` where a run kept it (and
+        kept there for the next run when not)."""
         folder = self.config.trainer.eval_before_cache
-        if weights is not None:
+        if policy is not None:
             machine = sampling_machine(self.trainer.sampler.model)
-            cache, key = EvalCache(Path(folder)), eval_key(self.config, request, weights, machine)
+            cache, key = EvalCache(Path(folder)), eval_key(self.config, request, policy, machine)
             if (kept := cache.get(key)) is not None:
                 return kept
         trainer = self.trainer
@@ -259,7 +259,7 @@ class RunLoop:
             summary, _ = evaluate(
                 trainer.generator, trainer.m.tokenizer, self.config, request, progress=False
             )
-        if weights is not None and (failed := cache.put(key, summary, self.run.root)) is not None:
+        if policy is not None and (failed := cache.put(key, summary, self.run.root)) is not None:
             say(f"eval {request.env}: not kept in {folder} ({failed}); later runs play it again")
         return summary
 
