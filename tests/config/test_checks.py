@@ -71,6 +71,25 @@ BAD_COMBINATIONS = [
     (["env.eval_options.bandit.arm_names=[A, B]"], "env.eval_options", "set its options in"),
     (["env.eval_options.sokoban.spaced=true"], "env.eval_options", "does not evaluate"),
     (["rollout.context_turns=3"], "rollout.context_turns", "context_window=limited_multi_turn"),
+    # monitor settings that could never act as written
+    (
+        ["monitor.enabled=false", "monitor.variance_collapse_steps=10"],
+        "monitor.enabled",
+        "set monitor.enabled=true",
+    ),
+    (["monitor.enabled=false", "monitor.action=stop"], "monitor.enabled", "action=warn"),
+    (
+        ["trainer.eval_every=0", "monitor.eval_floor_evals=5"],
+        "monitor.eval_floor_evals and trainer.eval_every",
+        "set trainer.eval_every",
+    ),
+    (["monitor.act_on=early_stop"], "monitor.act_on", "or act on collapse"),
+    (["monitor.action=rollback", "trainer.eval_every=0"], "monitor.action=rollback", "nonzero"),
+    (
+        ["monitor.action=rollback", "trainer.eval_every=4", "trainer.save_every=6"],
+        "eval_every=4, save_every=6",
+        "make trainer.save_every a multiple",
+    ),
 ]
 
 
@@ -83,6 +102,16 @@ def test_contradictions_are_refused_with_the_keys_named(overrides, key, allowed)
     message = str(err.value)
     assert key in message and allowed in message
     assert "\n" not in message
+
+
+def test_monitor_settings_that_act_load():
+    for overrides in (
+        ["monitor.action=rollback", "trainer.eval_every=5", "trainer.save_every=10"],
+        ["monitor.act_on=early_stop", "monitor.variance_collapse_steps=10"],
+        ["monitor.enabled=false"],
+        ["trainer.eval_every=0", "monitor.variance_collapse_steps=10", "monitor.action=stop"],
+    ):
+        config.load("bandit", overrides)
 
 
 def test_a_signed_metric_runs_with_the_strategies_that_rank_it():

@@ -173,21 +173,26 @@ def test_ragen2_reward_variance_stop_counts_steps_under_a_tenth_of_the_early_bas
     # baseline: steps 0, 2, 3, 4, which kept a group (std 0.4, 0.4, 0.2, 0.2: mean 0.3);
     # step 1 kept nothing and does not enter it. Then std 0.02 < 0.03 at steps 5-6, 0.05 at
     # 7 (the count restarts), and 0.0 from step 8 on: step 10, the third low step in a row,
-    # is the collapse, and the steps after it stay quiet.
-    stds = [0.4, 0.9, 0.4, 0.2, 0.2, 0.02, 0.02, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0]
+    # is the collapse, the two after it stay quiet, and step 13, the sixth, calls it again
+    # (a rollback that did not lift the spell is followed by another).
+    stds = [0.4, 0.9, 0.4, 0.2, 0.2, 0.02, 0.02, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     records = [
         {"step": s, REWARD_STD: v, KEPT_GROUPS: 0 if s == 1 else 2} for s, v in enumerate(stds)
     ]
     rule = MonitorConfig(variance_collapse_steps=3, variance_baseline_steps=4)
     alerts = [a for a in replay(records, rule) if a.signal == REWARD_STD and a.kind == "collapse"]
-    assert [(a.step, a.value, a.baseline) for a in alerts] == [(10, 0.0, pytest.approx(0.3))]
-    assert "for 3 steps" in alerts[0].message
+    assert [(a.step, a.value, a.baseline) for a in alerts] == [
+        (10, 0.0, pytest.approx(0.3)),
+        (13, 0.0, pytest.approx(0.3)),
+    ]
+    assert "for 3 steps" in alerts[0].message and "for 6 steps" in alerts[1].message
     off = replay(records, MonitorConfig(variance_baseline_steps=4))  # the default: off
     assert not [a for a in off if a.kind == "collapse" and a.signal == REWARD_STD]
 
 
 def test_ragen2_evaluation_floor_stop():
-    evals = [0.0, 0.005, 0.02, 0.0, 0.0, 0.0, 0.0]  # the mean of two envs below
+    # the mean of two envs: 3 in a row under 1% at step 5, and 3 more at step 8
+    evals = [0.0, 0.005, 0.02, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     records = [
         {"step": s, "eval/bandit/success": v, "eval/sokoban/success": v}
         for s, v in enumerate(evals)
@@ -195,7 +200,8 @@ def test_ragen2_evaluation_floor_stop():
     records.insert(3, {"step": 2, REWARD: 0.5})  # a step without an evaluation changes nothing
     alerts = replay(records, MonitorConfig(eval_floor_evals=3))
     assert [(a.step, a.kind, a.signal, a.value) for a in alerts] == [
-        (5, "collapse", "eval/success", 0.0)
+        (5, "collapse", "eval/success", 0.0),
+        (8, "collapse", "eval/success", 0.0),
     ]
     assert replay(records) == []  # off by default
 
@@ -224,6 +230,12 @@ def test_actionable_alerts_follow_act_on():
     assert CollapseDetector().actionable([warning, collapse]) == [collapse]
     eager = CollapseDetector(MonitorConfig(act_on="warning"))
     assert eager.actionable([warning, collapse]) == [warning, collapse]
+    # RAGEN-2's stops alone: not the success's fall, nor a warning on their signal
+    variance = Alert(5, "collapse", REWARD_STD, 0.0, 0.3, "")
+    floor = Alert(6, "collapse", "eval/success", 0.0, 0.01, "")
+    spike = Alert(7, "collapse", "actor/grad_norm", 50.0, 1.0, "")
+    ragen2 = CollapseDetector(MonitorConfig(act_on="early_stop", eval_floor_evals=5))
+    assert ragen2.actionable([warning, collapse, variance, floor, spike]) == [variance, floor]
 
 
 def test_alert_record_and_line():

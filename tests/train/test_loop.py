@@ -6,10 +6,12 @@ import json
 import torch
 from tests.train.test_trainer import _config, _train
 
+from ragen.metric_names import REWARD_STD
 from ragen.run.jsonl import append_jsonl, read_jsonl
 from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train import checkpoint
 from ragen.train.loop import RunLoop, out_of_budget
+from ragen.train.state import RunState
 from ragen.train.trainer import Trainer, filter_ratio
 
 
@@ -64,6 +66,7 @@ def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_pat
     cfg = _config(
         "trainer.steps=5",
         "trainer.save_every=1",
+        "trainer.eval_every=1",
         "monitor.action=rollback",
         "monitor.warmup_steps=3",
         "monitor.rollback_lr_scale=0.5",
@@ -90,6 +93,89 @@ def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_pat
     lrs = [g["lr"] for g in m.optimizers["actor"].param_groups]
     assert lrs == [cfg.trainer.actor_lr * 0.5] * len(lrs)
     assert filter_ratio(cfg, loop.state.rollbacks) == 0.25 and cfg.algo.filter_ratio == 0.5
+
+
+def _spell_loop(tmp_path, *overrides):
+    """A loop rolling back on RAGEN-2's variance stop alone (2 low steps against the first
+    2), whose step_1 is the rollback target with eval success 0.9."""
+    cfg = _config(
+        "trainer.steps=20",
+        "trainer.save_every=1",
+        "trainer.eval_every=1",
+        "monitor.action=rollback",
+        "monitor.act_on=early_stop",
+        "monitor.variance_collapse_steps=2",
+        "monitor.variance_baseline_steps=2",
+        *overrides,
+    )
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    loop = RunLoop(Trainer(cfg), run)
+    loop.state.eval_success = 0.9
+    loop.maybe_checkpoint(0)
+    return loop, run
+
+
+def _spell(step):
+    """Reward std 0.5 at steps 0-1 (the baseline), then 0: low from step 2 on."""
+    return {REWARD_STD: 0.5 if step < 2 else 0.0}
+
+
+def test_a_spell_a_rollback_did_not_lift_rolls_back_again_then_stops(tmp_path):
+    loop, run = _spell_loop(tmp_path, "monitor.max_rollbacks=1")
+    for step in range(4):
+        loop.watch(step, _spell(step))
+    # step 3, the second low step, rolls back to step_1; the checkpoint after it holds the
+    # target's weights, which no evaluation measured there
+    assert loop.state.rollbacks == 1 and loop.state.stopped_at is None
+    loop.maybe_checkpoint(3)
+    assert (
+        json.loads((run.checkpoint(4) / checkpoint.STATE_FILE).read_text())["eval_success"] is None
+    )
+    # the spell goes on: step 5, two more low steps, calls it again, and the rollbacks are used
+    for step in (4, 5):
+        loop.watch(step, _spell(step))
+    assert loop.state.stopped_at == 5 and loop.state.rollbacks == 1
+    assert loop.state.stop_reason == "monitor.max_rollbacks=1 used"
+    stops = [a["step"] for a in read_jsonl(run.alerts).records if a["signal"] == REWARD_STD]
+    assert stops == [3, 5]
+
+
+def test_an_alert_on_the_last_step_is_logged_and_not_acted_on(tmp_path, capsys):
+    loop, _ = _spell_loop(tmp_path)
+    for step in range(3):
+        loop.watch(step, _spell(step))
+    loop.watch(3, _spell(3), last=True)
+    assert loop.state.rollbacks == 0 and loop.state.stopped_at is None
+    assert "[step 3] the run's last step: no rollback" in capsys.readouterr().out
+
+
+def test_a_checkpoint_carries_only_its_own_weights_evaluation(tmp_path):
+    _, run = _train(
+        tmp_path, "run", "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2",
+        "trainer.eval_episodes=2",
+    )  # fmt: skip
+    kept = [
+        json.loads((path / checkpoint.STATE_FILE).read_text())["eval_success"]
+        for path in checkpoint.complete_checkpoints(run)
+    ]
+    # step 0's weights were not evaluated; step 1's were (eval_every=2)
+    assert kept[0] is None and isinstance(kept[1], float) and len(kept) == 2
+
+
+def test_the_run_state_keeps_its_stop_and_its_skipped_steps(capsys):
+    state = RunState(rollbacks=1, eval_success=0.5, empty_steps=0, skipped_steps=2)
+    state.stop(7, "trainer.max_minutes=30")
+    again = RunState()
+    again.restore(json.loads(json.dumps(state.saved())))
+    # two non-finite steps in a row before the checkpoint: the third after it stops the run
+    assert (again.rollbacks, again.eval_success, again.skipped_steps) == (1, 0.5, 2)
+    assert "had stopped after step 7 (trainer.max_minutes=30); it trains on" in (
+        capsys.readouterr().out
+    )
+    again.note_skipped(8, True, "trainer.actor_lr")
+    assert again.stopped_at == 8 and again.diverged is not None
+    RunState().restore({"rollbacks": 0})  # a checkpoint from before these were kept
 
 
 def test_wall_clock_budget_ends_the_run_after_one_step_with_a_checkpoint(tmp_path):

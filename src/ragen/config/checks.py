@@ -110,6 +110,7 @@ def check_combinations(c: Config) -> Config:
             "the warm start would leave RL no time; lower sft.warm_start_minutes, or set "
             "sft.warm_start=false",
         )
+    _check_monitor(c)
     _check_fsdp(c)
     if not is_device(t.device):
         raise ConfigError(
@@ -118,6 +119,49 @@ def check_combinations(c: Config) -> Config:
         )
     _check_eval_options(c)
     return c
+
+
+def _check_monitor(c: Config) -> None:
+    """Refuse monitor settings that could never act as written."""
+    mon, t = c.monitor, c.trainer
+    stops = [
+        f"{key}={value}"
+        for key, value in (
+            ("variance_collapse_steps", mon.variance_collapse_steps),
+            ("eval_floor_evals", mon.eval_floor_evals),
+        )
+        if value
+    ]
+    if not mon.enabled and (stops or mon.action != "warn"):
+        raise _contradiction(
+            "monitor.enabled and the monitor's stops and action",
+            ", ".join(["enabled=false", *stops, f"action={mon.action}"]),
+            "with the detector off nothing is called or acted on; set monitor.enabled=true, "
+            "or leave the early stops at 0 and monitor.action=warn",
+        )
+    if mon.eval_floor_evals and not t.eval_every:
+        raise _contradiction(
+            "monitor.eval_floor_evals and trainer.eval_every",
+            f"{mon.eval_floor_evals} with eval_every=0",
+            "the evaluation-floor stop counts evaluations and none is made; set "
+            "trainer.eval_every, or monitor.eval_floor_evals=0",
+        )
+    if mon.act_on == "early_stop" and not stops:
+        raise _contradiction(
+            "monitor.act_on and the early stops",
+            "act_on=early_stop with variance_collapse_steps=0 and eval_floor_evals=0",
+            "switch one of RAGEN-2's stops on, or act on collapse",
+        )
+    if mon.action == "rollback" and not (
+        t.eval_every and t.save_every and t.save_every % t.eval_every == 0
+    ):
+        raise _contradiction(
+            "monitor.action=rollback and trainer.eval_every / trainer.save_every",
+            f"eval_every={t.eval_every}, save_every={t.save_every}",
+            "a rollback loads the checkpoint whose own evaluation was best, so every "
+            "checkpoint must be evaluated: make trainer.save_every a multiple of a nonzero "
+            "trainer.eval_every, or use monitor.action=stop",
+        )
 
 
 def is_device(name: str) -> bool:

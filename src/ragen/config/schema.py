@@ -516,8 +516,9 @@ class MonitorConfig:
     action: Literal["warn", "stop", "rollback"] = "warn"
     """On an alert: warn only; stop the run; or rollback: reload the checkpoint with the best
     eval success and continue with the rollback_* changes."""
-    act_on: Literal["warning", "collapse"] = "collapse"
-    """Which alerts trigger the action: confirmed collapses only, or early warnings too."""
+    act_on: Literal["warning", "collapse", "early_stop"] = "collapse"
+    """Which alerts trigger the action: confirmed collapses; early warnings too; or RAGEN-2's
+    two early stops alone (variance_collapse_steps, eval_floor_evals), as RAGEN-2 acts."""
     warmup_steps: int = opt(10, ge=0, le=MAX_STEPS)
     """Steps seen before any alert; the success rate's starting level is its EMA here."""
     ema_alpha: float = opt(0.1, gt=0.0, le=1.0)

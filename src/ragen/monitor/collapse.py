@@ -15,7 +15,9 @@ a running baseline and raises
   steps before it;
 - RAGEN-2's two early stops, when switched on: a **collapse** when the in-group reward std
   stays under a share of its early baseline for several steps in a row, or the evaluation
-  success stays under a floor for several evaluations in a row.
+  success stays under a floor for several evaluations in a row; called again each time the
+  spell lasts as long once more, so a rollback that did not lift it is followed by another
+  (and, past ``max_rollbacks``, by a stop).
 
 Success rather than reward: the reward also carries the env's payoff noise (Bandit's risky
 arm pays 1 one time in 4, so a policy that always picks it sees its reward swing by ±0.2
@@ -48,6 +50,12 @@ from ragen.monitor.counts import surest_fall
 _MIN_OBSERVATIONS = 3
 _MIN_GRAD_HISTORY = 5
 _TOLERANCE = 1e-6
+
+EVAL_SUCCESS = "eval/success"
+"""The signal of the evaluation-floor stop: the mean evaluation success over the eval envs."""
+EARLY_STOP_SIGNALS = frozenset({names.REWARD_STD, EVAL_SUCCESS})
+"""The signals of RAGEN-2's early stops, the detector's only collapses on these signals
+(``act_on: early_stop`` acts on these alone)."""
 
 
 @dataclass
@@ -316,7 +324,8 @@ class CollapseDetector:
         """RAGEN-2's reward-variance stop: the baseline is the mean reward std of the first
         ``variance_baseline_steps`` steps that kept a group; the collapse is called on the
         ``variance_collapse_steps``-th step in a row under ``variance_collapse_ratio`` of it
-        (a step whose filter kept nothing counts, as its std is what emptied it)."""
+        (a step whose filter kept nothing counts, as its std is what emptied it), and again at
+        each further multiple of it while the spell lasts."""
         c = self.config
         std = values.get(names.REWARD_STD)
         if not c.variance_collapse_steps or std is None:
@@ -327,7 +336,7 @@ class CollapseDetector:
             return []
         baseline = sum(self.std_baseline) / len(self.std_baseline)
         self.std_low = self.std_low + 1 if std < c.variance_collapse_ratio * baseline else 0
-        if self.std_low != c.variance_collapse_steps:
+        if self.std_low == 0 or self.std_low % c.variance_collapse_steps:
             return []
         message = (
             f"in-group reward std {std:.4g} has stayed under {c.variance_collapse_ratio:g} x "
@@ -337,25 +346,30 @@ class CollapseDetector:
 
     def _eval_floor(self, step: int, values: dict) -> list[Alert]:
         """RAGEN-2's validation stop: called at the ``eval_floor_evals``-th evaluation in a
-        row whose success (the mean over the evaluated envs) is under ``eval_floor``."""
+        row whose success (the mean over the evaluated envs) is under ``eval_floor``, and again
+        at each further multiple of it while the spell lasts."""
         c = self.config
         found = [v for k, v in values.items() if k.startswith("eval/") and k.endswith("/success")]
         if not c.eval_floor_evals or not found:
             return []
         success = sum(found) / len(found)
         self.eval_low = self.eval_low + 1 if success < c.eval_floor else 0
-        if self.eval_low != c.eval_floor_evals:
+        if self.eval_low == 0 or self.eval_low % c.eval_floor_evals:
             return []
         message = (
             f"evaluation success {success:.1%} has been under {c.eval_floor:.1%} at "
             f"{self.eval_low} evaluations in a row"
         )
-        return [Alert(step, "collapse", "eval/success", success, c.eval_floor, message)]
+        return [Alert(step, "collapse", EVAL_SUCCESS, success, c.eval_floor, message)]
 
     def actionable(self, alerts: Sequence[Alert]) -> list[Alert]:
-        """The alerts that call for ``config.action``: collapses, plus warnings when
-        ``act_on`` is warning. (With action=warn the caller only logs them.)"""
-        kinds = {"collapse", "warning"} if self.config.act_on == "warning" else {"collapse"}
+        """The alerts that call for ``config.action``: collapses; plus warnings when
+        ``act_on`` is warning; RAGEN-2's early stops alone when it is early_stop. (With
+        action=warn the caller only logs them.)"""
+        act_on = self.config.act_on
+        if act_on == "early_stop":
+            return [a for a in alerts if a.kind == "collapse" and a.signal in EARLY_STOP_SIGNALS]
+        kinds = {"collapse", "warning"} if act_on == "warning" else {"collapse"}
         return [a for a in alerts if a.kind in kinds]
 
     # ------------------------------------------------------------------------ state

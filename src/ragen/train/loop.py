@@ -155,12 +155,13 @@ class RunLoop:
         """One step of the trainer and what follows it; returns the metrics it logged
         (``log`` is None off rank 0)."""
         metrics, episodes = self.trainer.step(step, self.state)
+        self.state.eval_success = None  # the weights moved: not evaluated until they are
         last = self.is_last(step)  # decided once: the budget may pass during the evaluation
         if self.trainer.watched:
             metrics.update(self.maybe_measure_templates(step, episodes))
         metrics.update(self.maybe_evaluate(step, last))
         self.record(step, log, metrics, episodes)
-        self.watch(step, metrics)
+        self.watch(step, metrics, last)
         self.maybe_checkpoint(step, last)
         return metrics
 
@@ -179,7 +180,7 @@ class RunLoop:
         out_of_time = distributed.broadcast(out_of_time)  # rank 0's clock: every rank agrees
         if out_of_time and self.state.stopped_at is None:
             say(f"[step {step}] trainer.max_minutes={t.max_minutes:g} reached: last step")
-            self.state.stopped_at = step
+            self.state.stop(step, f"trainer.max_minutes={t.max_minutes:g}")
         return step + 1 == self.steps or self.state.stopped_at == step
 
     def record(
@@ -287,8 +288,9 @@ class RunLoop:
                     m.policy, pairs, temperature=self.config.rollout.temperature or 1.0
                 )
 
-    def watch(self, step: int, metrics: dict[str, float]) -> list[Alert]:
-        """Feed the step's metrics to the collapse detector; report alerts and act on them.
+    def watch(self, step: int, metrics: dict[str, float], last: bool = False) -> list[Alert]:
+        """Feed the step's metrics to the collapse detector; report alerts and act on them
+        (``last``: the run's final step, after which no rollback has anything to continue).
         The detector runs on rank 0 (which has every metric); every rank follows its call."""
         if self.detector is None:
             return []
@@ -299,20 +301,24 @@ class RunLoop:
             for alert in alerts:
                 tqdm.write(alert.line())
         if distributed.broadcast(bool(self.detector.actionable(alerts))):
-            self.act(step)
+            self.act(step, last)
         return alerts
 
-    def act(self, step: int) -> None:
+    def act(self, step: int, last: bool = False) -> None:
         """monitor.action on an actionable alert: nothing, stop, or roll back to the
-        checkpoint with the best eval success and continue with the configured changes."""
+        checkpoint with the best eval success and continue with the configured changes; on
+        the run's ``last`` step nothing follows, so the alert is only logged."""
         mon = self.config.monitor
         if mon.action == "warn":
+            return
+        if last:
+            say(f"[step {step}] the run's last step: no {mon.action}, nothing follows it")
             return
         target = distributed.broadcast(checkpoint.best_checkpoint(self.run))  # rank 0's choice
         why = stop_reason(mon, self.state.rollbacks, target)
         if why is not None:
             say(f"[step {step}] stopping the run ({why}); last checkpoint: step_{step + 1}")
-            self.state.stopped_at = step
+            self.state.stop(step, why)
             return
         assert target is not None  # stop_reason gives a reason when there is none
         self.roll_back(step, target)
@@ -327,6 +333,7 @@ class RunLoop:
             target, policy=m.policy, critic=m.critic, optimizers=m.optimizers
         )
         self.state.rollbacks += 1
+        self.state.eval_success = None  # the target's weights: its checkpoint holds its figure
         done = self.state.rollbacks
         set_learning_rates(m.optimizers, self.config, step + 1, done)
         say(

@@ -21,25 +21,40 @@ class RunState:
     """The run's counters; ``saved`` is what a checkpoint keeps of them."""
 
     rollbacks: int = 0  # monitor rollbacks so far: each cuts the learning rates
-    eval_success: float | None = None  # mean eval success of the latest evaluation
+    # mean eval success of the weights as they stand; None once they change unevaluated, so a
+    # checkpoint (the rollback's choice) only ever carries its own weights' figure
+    eval_success: float | None = None
     empty_steps: int = 0  # steps in a row whose filter kept no group
     skipped_steps: int = 0  # steps in a row whose every update was skipped (not finite)
     stopped_at: int | None = None  # the last step, when the run ends before trainer.steps
+    stop_reason: str | None = None  # why it ends there
     diverged: str | None = None  # why the run stopped on non-finite updates
 
     def saved(self) -> dict:
         """The counters a checkpoint keeps, so a resumed run goes on as this one would."""
+        stopped = None if self.stopped_at is None else [self.stopped_at, self.stop_reason]
         return {
             "rollbacks": self.rollbacks,
             "eval_success": self.eval_success,
             "empty_steps": self.empty_steps,
+            "skipped_steps": self.skipped_steps,
+            "stopped": stopped,
         }
 
     def restore(self, state: dict) -> None:
-        """Take the counters back from a checkpoint's state (``saved``; absent keys: 0)."""
+        """Take the counters back from a checkpoint's state (``saved``; absent keys: 0). A
+        run that had stopped is resumed on purpose: it trains on, and only says so."""
         self.rollbacks = int(state.get("rollbacks", 0))
         self.eval_success = state.get("eval_success")
         self.empty_steps = int(state.get("empty_steps", 0))
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        stopped = state.get("stopped")
+        if isinstance(stopped, list) and len(stopped) == 2:
+            say(f"the run had stopped after step {stopped[0]} ({stopped[1]}); it trains on")
+
+    def stop(self, step: int, why: str) -> None:
+        """End the run after ``step``, for ``why`` (kept in its checkpoint)."""
+        self.stopped_at, self.stop_reason = step, why
 
     def note_skipped(self, step: int, skipped: bool, lr_key: str) -> None:
         """Count the steps in a row whose every update was skipped because the loss or the
@@ -54,4 +69,4 @@ class RunState:
             "are not finite); start a new run, or resume from a checkpoint before the trouble"
         )
         say(self.diverged)
-        self.stopped_at = step
+        self.stop(step, "every update not finite")

@@ -278,7 +278,7 @@ class Trainer:
                 f"[step {step}] the filter kept no group {state.empty_steps} steps in a row "
                 f"(algo.filter_empty_stop_steps={limit}): the run stops here"
             )
-            state.stopped_at = step
+            state.stop(step, f"algo.filter_empty_stop_steps={limit}")
         return {"actor/optimizer_steps": 0.0, "time/update_s": 0.0}
 
     def prepare(self, kept: list[Trajectory], estimate: bool = False) -> UpdateData:
