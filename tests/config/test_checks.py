@@ -114,6 +114,15 @@ def test_monitor_settings_that_act_load():
         config.load("bandit", overrides)
 
 
+def test_a_windowed_micro_batch_counts_turn_samples_past_the_episodes():
+    # 4 episodes a mini-batch hold up to 4 × max_turns samples: 8 of them a pass is a slice
+    windowed = ["trainer.mini_batch_size=4", "trainer.micro_batch_size=8"]
+    c = config.load("bandit", [*windowed, "rollout.context_window=single_turn"])
+    assert c.trainer.micro_batch_size == 8
+    with pytest.raises(ConfigError, match=r"trainer\.micro_batch_size"):
+        config.load("bandit", windowed)
+
+
 def test_a_signed_metric_runs_with_the_strategies_that_rank_it():
     # top_k ranks, softmax top_p takes a probability mass, top_p at 1 keeps every group and
     # min_p at 1 the best: none reads a negative score as an amount

@@ -152,6 +152,11 @@ def test_grpo_rows_masks_and_advantages_by_hand(window, k):
             assert adv[context:n].tolist() == pytest.approx([want[b]] * turn.reply_tokens)
             assert adv[:context].abs().sum() == 0 and adv[n:].abs().sum() == 0
             row += 1
+    # rollout/context_tokens: the tokens of the episode's samples
+    rows = data.attention_mask.sum(dim=1)
+    for b, episode in enumerate(episodes):
+        assert episode.context_tokens == int(rows[data.episodes == b].sum())
+        assert episode.to_record()["context_tokens"] == episode.context_tokens
 
 
 CRITIC_FREE = [
@@ -314,3 +319,29 @@ def test_sft_trains_on_each_turn_sample(tmp_path):
         assert ones == list(range(ones[0], int(length)))  # the sample ends with its reply
     metrics, _ = trainer.step(0, RunState())
     assert math.isfinite(metrics["sft/loss"]) and metrics["sft/skipped"] == 0
+
+
+def test_a_batch_without_a_turn_sample_skips_its_update_as_the_full_window_trains_it():
+    # 64 tokens: no lake's opening leaves room for a 6-token reply, so every episode ends
+    # before its first reply; the full window trains such rows to zero sampled tokens
+    metrics = {}
+    for window in ("full", "single_turn"):
+        cfg = config.load(
+            "frozen-lake-rl",
+            [
+                *TINY_RL,
+                NO_TENSORBOARD,
+                f"rollout.context_window={window}",
+                "rollout.max_context_tokens=64",
+                "algo.filter_ratio=1",
+            ],
+        )
+        metrics[window], episodes = Trainer(cfg).step(0, RunState())
+        assert {e.end for e in episodes} == {"truncated:context"}
+        assert not any(e.turns for e in episodes)
+        # the rows' tokens: the full window's opening; no turn sample, none
+        rows = {"full": [len(e.token_ids) for e in episodes], "single_turn": [0] * len(episodes)}
+        assert [e.context_tokens for e in episodes] == rows[window]
+        assert metrics[window]["rollout/context_tokens"] == sum(rows[window]) / len(episodes)
+    assert metrics["single_turn"]["actor/optimizer_steps"] == 0
+    assert metrics["full"]["actor/optimizer_steps"] == 0

@@ -83,11 +83,11 @@ def check_combinations(c: Config) -> Config:
             f"{t.mini_batch_size} > {kept} = {rule} × group_size",
             "lower trainer.mini_batch_size or keep more groups",
         )
-    if t.micro_batch_size > t.mini_batch_size:
+    if t.micro_batch_size > t.mini_batch_size and r.context_window == "full":
         raise _contradiction(
             "trainer.micro_batch_size and trainer.mini_batch_size",
             f"{t.micro_batch_size} > {t.mini_batch_size}",
-            "a micro-batch is a slice of a mini-batch; lower trainer.micro_batch_size",
+            "a micro-batch is a slice of a mini-batch's episodes; lower trainer.micro_batch_size",
         )
     if r.reuse_k > 1 and t.save_every % r.reuse_k:
         raise _contradiction(

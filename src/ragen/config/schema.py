@@ -449,7 +449,8 @@ class TrainerConfig:
     mini_batch_size: int = opt(32, ge=1, le=MAX_EPISODES_PER_STEP)
     """Episodes per optimiser step."""
     micro_batch_size: int = opt(4, ge=1, le=MAX_EPISODES_PER_STEP)
-    """Episodes per forward/backward pass (gradients accumulate up to mini_batch_size)."""
+    """Rows per forward/backward pass (gradients accumulate up to mini_batch_size): episodes,
+    or with a context window other than full, turn samples."""
     eval_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps; 0 never."""
     eval_before: bool = False

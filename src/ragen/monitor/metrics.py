@@ -50,7 +50,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         names.TURNS_PER_EPISODE: len(turns) / max(1, len(trajectories)),
         names.REPLY_TOKENS: _mean([turn.reply_tokens for turn in turns]),
         names.THINK_TOKENS: _mean([turn.think_tokens for turn in turns]),
-        names.CONTEXT_TOKENS: _mean([len(t.token_ids) for t in trajectories]),
+        names.CONTEXT_TOKENS: _mean([t.context_tokens for t in trajectories]),
     }
     for reason in END_REASONS:
         ended = [t.total_reward for t in trajectories if t.end == reason]

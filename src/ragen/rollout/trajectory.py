@@ -114,17 +114,26 @@ class Trajectory:
                 rewards[turn.reply_end - 1] += turn.reward
         return rewards
 
+    @property
+    def context_tokens(self) -> int:
+        """The tokens the episode's training rows hold. The full window: the dialogue's
+        length, at least to where its last reply ended (an episode played over an API holds
+        no ids, only the server's counts). Another window: its turn samples' together; a
+        window opened after the last reply, which no reply followed, is none of them."""
+        if self.per_turn:
+            return sum(turn.reply_end - turn.context_start for turn in self.turns)
+        end = self.turns[-1].reply_end if self.turns else 0
+        return max(len(self.token_ids), end)
+
     def to_record(self) -> dict:
         """The JSONL episode record (no token ids: those stay in memory for the update).
 
         With a context window other than full, it names the window, and each turn the first
         turn its context showed (``first_shown``). Its token counts are read from the turns'
         offsets, so an episode played over an API, which holds no token ids, reports the
-        server's counts: ``reply_tokens`` the sampled tokens, ``context_tokens`` the
-        dialogue's length where its last reply ended (an episode that holds its ids reaches
-        no further than they do)."""
+        server's counts: ``reply_tokens`` the sampled tokens, ``context_tokens`` as
+        `context_tokens` counts them."""
         window = {"context_window": self.context_window} if self.per_turn else {}
-        end = self.turns[-1].reply_end if self.turns else 0
         return {
             "env": self.env,
             "group": self.group,
@@ -138,7 +147,7 @@ class Trajectory:
             "num_turns": len(self.turns),
             "num_actions": sum(len(t.actions) for t in self.turns),
             "reply_tokens": sum(t.reply_tokens for t in self.turns),
-            "context_tokens": max(len(self.token_ids), end),
+            "context_tokens": self.context_tokens,
         }
 
 

@@ -188,6 +188,10 @@ class Trainer:
         started = time.perf_counter()
         if kept:
             state.empty_steps = 0
+        if kept and not self.has_samples(kept):
+            say(f"[step {step}] no kept episode reached its first reply: no update this step")
+            metrics.update({"actor/optimizer_steps": 0.0, "time/update_s": 0.0})
+        elif kept:
             data, weight_metrics = self.weigh(self.prepare(kept), kept)
             metrics.update(weight_metrics)
             metrics.update(self.analyse_gradients(data, kept, step))
@@ -265,6 +269,13 @@ class Trainer:
             weights = weights.to(data.episodes.device)[data.episodes]
         advantages = data.advantages * weights.to(data.advantages)[:, None]  # (B, T)
         return replace(data, advantages=advantages), metrics
+
+    def has_samples(self, kept: list[Trajectory]) -> bool:
+        """Whether ``kept`` holds a reply to train. With a context window other than full
+        the rows are turn samples, and an episode whose opening left no room for a reply
+        (ended truncated:context) has none; the full window trains such a batch as a row
+        without sampled tokens, to zero advantages and skipped mini-batches."""
+        return self.spec.context_window == "full" or any(t.turns for t in kept)
 
     def skip_update(self, step: int, state: RunState) -> dict[str, float]:
         """A step whose filter kept no group (filter/empty): nothing to learn from, so no
