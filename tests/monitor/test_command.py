@@ -63,6 +63,9 @@ def test_monitor_command_refuses_bad_input(tmp_path, capsys):
     run = _run(tmp_path / "r", records=streams.healthy(0, steps=5))
     assert command.run(_args([str(run.root), "std_dorp=0.3"])) == 2
     assert "did you mean monitor.std_drop" in capsys.readouterr().err
+    # another section's key: a replay changes only the detector
+    assert command.run(_args([str(run.root), "trainer.steps=3"])) == 2
+    assert "'trainer.steps=3' sets the trainer section" in capsys.readouterr().err
 
 
 def test_monitor_says_which_detector_settings_it_used(tmp_path, capsys):

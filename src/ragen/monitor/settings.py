@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 from ragen import config
@@ -15,8 +16,17 @@ def monitor_config_from_file(path: str | Path, overrides: Sequence[str] = ()) ->
     """The ``monitor:`` section of a run's config.yaml (defaults where absent or no file),
     with ``key=value`` overrides (``std_drop=0.4`` or ``monitor.std_drop=0.4``).
 
-    Raises ConfigError naming the key when a value is unknown, mistyped or out of range.
+    Raises ConfigError naming the key when a value is unknown, mistyped or out of range, or
+    an override sets another section of the config.
     """
+    sections = {f.name for f in fields(config.Config)} - {"monitor"}
+    for override in overrides:
+        head = override.split("=", 1)[0].split(".", 1)[0]
+        if head in sections:
+            raise config.ConfigError(
+                f"monitor: {override!r} sets the {head} section; a replay takes only the "
+                "collapse detector's settings (std_drop=0.4, or monitor.std_drop=0.4)"
+            )
     path = Path(path)
     data = config.read_yaml(path) if path.is_file() else {}
     section = data.get("monitor")
