@@ -54,6 +54,12 @@ def test_several_evaluations_a_side_are_averaged_level_by_level():
     assert paired.paired_summaries(start, [_summary([1, 0])]) is None  # other levels
     assert paired.paired_summaries(start, [{"seeds": 3, "k": 1}]) is None
     assert paired.level_rates([]) is None
+    # the same number of levels of another split, or another env: not the same levels
+    dev, test = ({**_summary([1, 0, 0]), "env": "frozen-lake", "split": s} for s in ("dev", "test"))
+    assert paired.paired_summaries([dev], [test]) is None
+    assert paired.agreement(dev, {**dev, "env": "sokoban"}) is None
+    assert paired.level_rates([dev, test]) is None
+    assert paired.paired_summaries([dev], [_summary([1, 1, 0])]) is not None  # one names none
 
 
 def test_agreement_counts_the_levels_with_the_same_outcome():

@@ -72,7 +72,8 @@ def test_logs_without_study_json_adopt_the_finished_runs_only(tmp_path):
     for name in ("keep-all", "keep-half"):
         _logs_only(first / name / "seed-0", kept / name / "seed-0")
     half = kept / "keep-half" / "seed-0" / "metrics.jsonl"
-    half.write_text(half.read_text().splitlines(keepends=True)[0])  # killed after step 0
+    # killed after step 0, and a line damaged into a step that is not a number
+    half.write_text(half.read_text().splitlines(keepends=True)[0] + '{"step": [1]}\n')
 
     second = tmp_path / "second"
     planned = spec.plan(study, "cpu", 1, second)

@@ -6,6 +6,7 @@ still writes is left alone."""
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -200,12 +201,15 @@ def test_a_run_folder_without_a_checkpoint_is_set_aside(tmp_path, study_file):
     stale = out / "keep-all" / "seed-0"
     stale.mkdir(parents=True)
     (stale / "metrics.jsonl").write_text('{"step": 0}\n')  # killed before its first save
+    runner.StudyState(out, "tiny", "cpu").mark(planned[0], "running", minutes=500.0)
     calls = []
     runner.run_all(planned[:1], out, study="tiny", scale="cpu", launch=in_process(calls))
     assert calls == [("keep-all", False)]
     aside = out / "keep-all" / "seed-0.incomplete-1"
     assert (aside / "metrics.jsonl").read_text() == '{"step": 0}\n'
     assert len(read_jsonl(stale / "metrics.jsonl").records) == 2
+    # the attempt set aside spent its minutes on nothing this run resumes from
+    assert runner.StudyState(out, "tiny", "cpu").minutes(planned[0]) < 500.0
 
 
 def test_a_changed_plan_or_another_study_is_refused_before_anything_runs(tmp_path, study_file):
@@ -380,7 +384,7 @@ def _wait_for(ready, seconds: float, what: str) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_killed_studys_run_dies_with_it(tmp_path, sig):
-    path, out = tmp_path / "long.yaml", tmp_path / "out"
+    path, out = tmp_path / "long.yaml", tmp_path / "out dir"
     path.write_text(LONG_STUDY)
     run = RunDir(out / "keep-all" / "seed-0")
     err = tmp_path / "study.err"
@@ -400,7 +404,9 @@ def test_a_killed_studys_run_dies_with_it(tmp_path, sig):
         assert study.wait(timeout=120) == (130 if sig == signal.SIGTERM else -signal.SIGKILL)
         if sig == signal.SIGTERM:  # the study waited for its run and says how to go on
             assert lock.holder(run) is None
-            assert "interrupted; continue with: ragen study" in err.read_text()
+            said = err.read_text()
+            assert "interrupted; continue with: ragen study" in said
+            assert f"--out {shlex.quote(str(out))}" in said  # a folder with a space
         _wait_for(lambda: lock.holder(run) is None, 60, f"the run (pid {child}) ended")
     finally:
         with contextlib.suppress(ProcessLookupError):  # a run left over, if any

@@ -223,6 +223,13 @@ def test_the_command_refuses_unknown_studies_and_bad_overrides(tmp_path, capsys)
     assert main(["study", path, "--plan", "algo.clip_high=-1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ragen: study: run a at scale cpu: algo.clip_high=-1.0 is out of range")
+    cpu_only = tmp_path / "cpu-only.yaml"
+    paper = "  paper: {preset_suffix: -gpu, overrides: [trainer.steps=5]}\n"
+    overrides = "    scale_overrides: {paper: [algo.kl_coef=0.001]}\n"
+    cpu_only.write_text(BASE.replace(paper, "").replace(overrides, ""))
+    for how in ("--plan", "--status"):  # the scale's seeds are read before the plan
+        assert main(["study", str(cpu_only), "--scale", "paper", how]) == 2
+        assert "has no paper scale: use cpu" in capsys.readouterr().err
     assert main(["study", path, "--plan", "--seeds", "1", "model.spec=tiny"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (

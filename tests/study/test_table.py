@@ -281,3 +281,55 @@ def test_a_study_in_progress_judges_each_expectation_on_the_seeds_both_runs_did(
     none = on_common_seeds(Expectation("c", "b"), {"b": b, "c": c}, [])
     assert table.judge(Expectation("c", "b"), none).outcome == "not measured"
     assert table.judge(Expectation("a", "d"), {"a": a}).outcome == "not measured"
+
+
+def _started(seed, start, end):
+    """A seed evaluated before training (its levels' outcomes recorded) and at its end."""
+    levels = {"seeds": 1, "k": 1, "seed_successes": [0]}
+    return table.SeedResult(
+        seed, 8, table.Measured(start, None, levels), table.Measured(end), None, None, {},
+        None, None, None,
+    )  # fmt: skip
+
+
+def test_the_spread_of_a_difference_reads_the_seeds_pairs():
+    # seed 0 rose from a low start, seed 1 fell from a high one (regression to the mean):
+    # per-seed changes +0.25 and -0.15 spread wider than the starts' and ends' own spreads
+    seeds = [_started(0, 0.3, 0.55), _started(1, 0.6, 0.45)]
+    a = table.row_result("a", "bandit", seeds, None, [])
+    verdict = table.judge(Expectation("a", "a@start"), {"a": a})
+    own = math.hypot(statistics.stdev([0.55, 0.45]), statistics.stdev([0.3, 0.6])) / math.sqrt(2)
+    pairs = statistics.stdev([0.25, -0.15]) / math.sqrt(2)
+    assert verdict.difference == pytest.approx(0.05)
+    assert pairs > own and verdict.se == pytest.approx(pairs)  # 0.2 against 0.158
+    # two runs that move together on each seed: their own spreads, the wider reading, stand
+    b = table.row_result("b", "bandit", [_seed(0, 0.2), _seed(1, 0.6)], None, [])
+    c = table.row_result("c", "bandit", [_seed(0, 0.1), _seed(1, 0.5)], None, [])
+    together = table.judge(Expectation("b", "c"), {"b": b, "c": c})
+    assert together.se == pytest.approx(math.hypot(0.2, 0.2))  # the differences spread 0
+
+
+def test_a_seed_without_a_value_leaves_its_comparison_unmeasured():
+    # seed 1 of a stopped before its final evaluation: the mean of seed 0 alone would say
+    # "reproduced" on one seed while the table counts two
+    a = table.row_result("a", "bandit", [_seed(0, 0.6), _seed(1, None)], None, [])
+    b = table.row_result("b", "bandit", [_seed(0, 0.45), _seed(1, 0.46)], None, [])
+    verdict = table.judge(Expectation("a", "b"), {"a": a, "b": b})
+    assert verdict.outcome == "not measured: a seed 1 logged no value"
+    assert verdict.z is None
+
+
+def test_runs_of_a_seed_that_started_apart_are_named(tmp_path):
+    study = _study(metric="eval/frozen-lake/success", tail=1)
+    rows = [
+        table.row_result(
+            name, "frozen-lake", [_started(0, 0.44, 0.5), _started(1, s1, 0.5)], None, []
+        )
+        for name, s1 in (("ppo", 0.492), ("grpo", 0.496), ("gigpo", 0.496))
+    ]
+    text = table.table_markdown(study, "cpu", rows, [])
+    assert (
+        "- Seed 1: the runs' evaluations before training differ (ppo 0.492; grpo, gigpo "
+        "0.496): they did not start from the same policy under the same settings."
+    ) in text
+    assert "Seed 0:" not in text

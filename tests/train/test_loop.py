@@ -198,3 +198,16 @@ def test_wall_clock_budget_counts_from_the_start_of_training(tmp_path):
     loop.train()
     assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
     assert loop.state.stopped_at is None
+
+
+def test_a_resumed_run_counts_the_training_time_of_its_earlier_launches(tmp_path):
+    cfg = _config("trainer.steps=3", "trainer.max_minutes=60", "trainer.save_every=1")
+    run = RunDir(tmp_path / "run")
+    create_run_dir(run.root, cfg)
+    loop = RunLoop(Trainer(cfg), run)
+    loop.state.restore({"seconds": 2 * 3600.0})  # as a checkpoint two training hours in
+    loop.train()
+    assert [r["step"] for r in read_jsonl(run.metrics).records] == [0]
+    assert loop.state.stop_reason == "trainer.max_minutes=60"
+    kept = json.loads((run.checkpoint(1) / checkpoint.STATE_FILE).read_text())
+    assert kept["seconds"] > 2 * 3600.0

@@ -400,7 +400,8 @@ class TrainerConfig:
     max_minutes: float = opt(0.0, ge=0.0)
     """Wall-clock budget: a step is the last (evaluated and checkpointed) when another one,
     at the mean pace of this run's steps so far, would end past it; 0 means no budget. A
-    resumed run gets the budget afresh."""
+    resumed run counts the training time its checkpoint recorded, so a run killed and
+    resumed ends where it would have; resume with a larger budget to train on."""
     seed: int = opt(0, ge=0, le=2**32 - 1)
     """Seed of env levels, sampling and initialisation: same seed, same run."""
     device: str = "auto"

@@ -6,7 +6,8 @@ every policy solves, adds nothing to it, and only the levels whose outcome chang
 Its standard error is that of the mean of the per-level differences, which is smaller than
 that of two independent rates whenever levels keep their outcome (a paired design). An
 evaluation summary holds its levels' outcomes under :data:`SEED_SUCCESSES`: for each seed in
-order, how many of its ``k`` tries succeeded.
+order, how many of its ``k`` tries succeeded. Two summaries hold the same levels when they
+name the same env and split (where they name them: older summaries may not) and as many.
 """
 
 from __future__ import annotations
@@ -75,9 +76,24 @@ def paired_change(before: Sequence[float], after: Sequence[float]) -> PairedChan
     )
 
 
+LEVEL_KEYS = ("env", "split")
+"""What names an evaluation's levels besides their number: its seeds are the split's."""
+
+
+def same_levels(summaries: Sequence[dict]) -> bool:
+    """Whether ``summaries`` name no two envs or splits (an absent name matches any)."""
+    for key in LEVEL_KEYS:
+        named = {s[key] for s in summaries if isinstance(s.get(key), str)}
+        if len(named) > 1:
+            return False
+    return True
+
+
 def level_rates(summaries: Sequence[dict]) -> list[float] | None:
     """Each level's success rate over the evaluations ``summaries`` (the seeds of one run,
     say), or None unless every one holds its levels' successes for the same levels."""
+    if not same_levels(summaries):
+        return None
     read = []
     for summary in summaries:
         successes = seed_successes(summary)
@@ -92,7 +108,10 @@ def level_rates(summaries: Sequence[dict]) -> list[float] | None:
 
 def paired_summaries(before: Sequence[dict], after: Sequence[dict]) -> PairedChange | None:
     """The level-by-level change between two sets of evaluations of the same levels, or None
-    where either side lacks its levels' successes or the levels differ in number."""
+    where either side lacks its levels' successes or the levels differ (in number, env or
+    split)."""
+    if not same_levels([*before, *after]):
+        return None
     first, second = level_rates(before), level_rates(after)
     if first is None or second is None or len(first) != len(second):
         return None
@@ -103,6 +122,8 @@ def agreement(first: dict, second: dict) -> tuple[int, int] | None:
     """(levels on which two evaluations of the same levels agree, levels): a level agrees
     when as many of its tries succeeded in both (with one try: both solved it, or neither
     did). None where either lacks its levels' successes or they differ in levels or tries."""
+    if not same_levels([first, second]):
+        return None
     a, b = seed_successes(first), seed_successes(second)
     if a is None or b is None or len(a[0]) != len(b[0]) or a[1] != b[1]:
         return None

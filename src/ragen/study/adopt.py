@@ -118,10 +118,12 @@ def _unfinished(run: PlannedRun, source: Path, recorded: dict | None) -> str | N
     if recorded is not None:
         return None if recorded.get("status") == "done" else f"study.json: {recorded.get('status')}"
     steps = run.settings()["sft.steps" if run.command == SFT else "trainer.steps"]
-    logged = {r["step"] for r in read_jsonl(RunDir(source).metrics).records if "step" in r}
+    records = read_jsonl(RunDir(source).metrics).records
+    # a hand-edited or damaged line's step may be anything: only whole numbers count
+    logged = {r["step"] for r in records if type(r.get("step")) is int}
     if steps - 1 in logged:
         return None
-    last = max((s for s in logged if isinstance(s, int)), default=None)
+    last = max(logged, default=None)
     return f"its metrics end at step {last} of {steps}, and no study.json says it was done"
 
 

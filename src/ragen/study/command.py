@@ -25,6 +25,7 @@ from ragen.study.spec import (
     check_planned,
     load_study,
     plan,
+    scale_of,
     study_dir,
     study_names,
     study_path,
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     study = load_study(args.name)  # every run's config judged before anything runs
     key = study_path(args.name).stem
-    seeds = args.seeds or study.scales[args.scale].seeds
+    seeds = args.seeds or scale_of(study, args.scale).seeds
     out = Path(args.out) if args.out else Path("runs") / f"study-{key}-{args.scale}"
     planned = plan(study, args.scale, seeds, out, tuple(args.overrides))
     if args.overrides:
@@ -126,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"ragen: {err}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
-        where = f"--scale {args.scale} --seeds {seeds} --out {out}"
-        again = shlex.join(["ragen", "study", args.name, *where.split(), *args.overrides])
+        where = ["--scale", args.scale, "--seeds", str(seeds), "--out", str(out)]
+        kept = ["--keep-checkpoints"] if args.keep_checkpoints else []
+        again = shlex.join(["ragen", "study", args.name, *where, *kept, *args.overrides])
         print(f"interrupted; continue with: {again}", file=sys.stderr)
         return 130
     from ragen.study.outputs import write_outputs  # matplotlib loads only now

@@ -271,7 +271,8 @@ def run_all(
             left = time_left(planned, state)
             if left is not None:
                 say(f"{head}: {left.line()}")
-            before = state.minutes(run) or 0.0
+            # a folder set aside starts the run again: its minutes are not this run's
+            before = (state.minutes(run) or 0.0) if resume else 0.0
             state.mark(run, "running")
             mark_time = partial(_mark_time, state, run, before, time.monotonic())
             try:

@@ -427,6 +427,15 @@ def expectations_at(study: Study, scale: str) -> list[Expectation]:
     return [want for want, runs in compared if runs <= names]
 
 
+def scale_of(study: Study, scale: str) -> StudyScale:
+    """The study's settings at ``scale``; ConfigError naming those it has when it lacks it."""
+    if scale not in study.scales:
+        raise ConfigError(
+            f"study {study.title!r} has no {scale} scale: use {', '.join(study.scales)}"
+        )
+    return study.scales[scale]
+
+
 def plan(
     study: Study, scale: str, seeds: int, out: Path, overrides: tuple[str, ...] = ()
 ) -> list[PlannedRun]:
@@ -434,11 +443,7 @@ def plan(
     (all runs once before any twice, so a study cut short still compares every run), each
     seed's warm start (``ragen sft``) first where the scale has one; ``overrides`` (the
     user's, e.g. model.spec) come after the study's own."""
-    if scale not in study.scales:
-        raise ConfigError(
-            f"study {study.title!r} has no {scale} scale: use {', '.join(study.scales)}"
-        )
-    at = study.scales[scale]
+    at = scale_of(study, scale)
     planned = []
     for seed in range(seeds):
         warm, warm_from = _warm_start(at.warm_start, seed, out, overrides)

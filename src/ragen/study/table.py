@@ -13,7 +13,13 @@ is reported as untested, never as reproduced.
 Two sides that are evaluations of the same levels (a run's end against its start, or two
 runs evaluated on the same fixed seeds) are compared level by level where every seed's
 evaluation holds its levels' outcomes (ragen.report.paired): the error of the difference is
-then the paired one, or the seeds' spread where that is wider.
+then the paired one, or the seeds' spread where that is wider. The seeds' spread of a
+difference is the wider of two readings: the two means' errors as if independent, and,
+where both sides have the same seeds, the spread of the per-seed differences. A seed's runs
+share its warm start and levels, and a run's start and end are one run, so the sides move
+together (the first reading is then the wider) or against each other (regression to the
+mean: the second is). A comparison one of whose seeds logged no value (a run stopped before
+its final evaluation) is not measured: the mean of the others would drop that seed unseen.
 """
 
 from __future__ import annotations
@@ -218,6 +224,15 @@ def judge(want: Expectation, rows: dict[str, RowResult]) -> Verdict:
     where ``rows`` lacks either run (a study's table before that run has a seed done)."""
     if any(name.removesuffix(START) not in rows for name in (want.higher, want.lower)):
         return Verdict(want.higher, want.lower, None, None, None, "not measured")
+    missing = [
+        f"{name} seed {seed}"
+        for name in (want.higher, want.lower)
+        for seed, value in _by_seed(name, rows).items()
+        if value is None
+    ]
+    if missing:
+        said = f"not measured: {', '.join(missing)} logged no value"
+        return Verdict(want.higher, want.lower, None, None, None, said)
     high, low = _side(want.higher, rows), _side(want.lower, rows)
     if high.mean is None or low.mean is None:
         return Verdict(want.higher, want.lower, None, None, None, "not measured")
@@ -234,7 +249,8 @@ def judge(want: Expectation, rows: dict[str, RowResult]) -> Verdict:
             None,
             "untested: no standard error with one seed (run with --seeds 2 or more)",
         )
-    return _verdict(want, difference, math.hypot(high.se, low.se), None)
+    se = max(math.hypot(high.se, low.se), _seed_differences_se(want, rows) or 0.0)
+    return _verdict(want, difference, se, None)
 
 
 def _verdict(want: Expectation, difference: float, se: float, levels: int | None) -> Verdict:
@@ -264,7 +280,28 @@ def _paired(want: Expectation, rows: dict[str, RowResult]) -> tuple[float, int] 
     if change is None:
         return None
     spread = math.hypot(_spread(high) or 0.0, _spread(low) or 0.0)
-    return max(change.se, spread), change.levels
+    return max(change.se, spread, _seed_differences_se(want, rows) or 0.0), change.levels
+
+
+def _seed_differences_se(want: Expectation, rows: dict[str, RowResult]) -> float | None:
+    """The standard error of the mean of the per-seed differences, where both sides have the
+    same seeds, two at least, each with a value; None otherwise."""
+    high, low = _by_seed(want.higher, rows), _by_seed(want.lower, rows)
+    if high.keys() != low.keys() or len(high) < 2:
+        return None
+    differences = []
+    for seed, value in high.items():
+        other = low[seed]
+        if value is None or other is None:
+            return None
+        differences.append(value - other)
+    return statistics.stdev(differences) / math.sqrt(len(differences))
+
+
+def _by_seed(name: str, rows: dict[str, RowResult]) -> dict[int, float | None]:
+    """Each seed's value an expectation names, by seed number."""
+    run = rows[name.removesuffix(START)]
+    return {s.seed: m.value for s, m in zip(run.seeds, _seeds_of(name, rows), strict=True)}
 
 
 def _spread(measured: Sequence[Measured]) -> float | None:
@@ -344,7 +381,27 @@ def _seed_lines(rows: Sequence[RowResult]) -> list[str]:
             lines.append(said + ".")
     if lines:
         lines[:0] = ["", "Each seed, its evaluation before training against its last one:", ""]
-    return lines
+    return lines + _start_lines(rows)
+
+
+def _start_lines(rows: Sequence[RowResult]) -> list[str]:
+    """A line for each seed whose runs' evaluations before training differ: they did not
+    start from the same policy under the same settings (a warm start made again on another
+    machine, say), so their ends on that seed are not compared from one start."""
+    starts: dict[int, dict[float, list[str]]] = {}
+    for row in rows:
+        for s in row.seeds:
+            if s.start.levels is not None and s.start.value is not None:
+                starts.setdefault(s.seed, {}).setdefault(s.start.value, []).append(row.name)
+    lines = []
+    for seed, by_value in sorted(starts.items()):
+        if len(by_value) > 1:
+            shown = "; ".join(f"{', '.join(names)} {v:.3f}" for v, names in by_value.items())
+            lines.append(
+                f"- Seed {seed}: the runs' evaluations before training differ ({shown}): they "
+                "did not start from the same policy under the same settings."
+            )
+    return ["", *lines] if lines else []
 
 
 def table_markdown(

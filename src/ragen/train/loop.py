@@ -131,8 +131,9 @@ class RunLoop:
         if self.config.trainer.eval_before and self.start_step == 0:
             # Not the rollback target's figure (eval_success): no checkpoint holds this policy.
             self.evaluate_policy(BEFORE_TRAINING)
-        # The budget is the training's: the evaluation before it does not count against it.
-        self.started = time.monotonic()
+        # The budget is the training's: the evaluation before it does not count against it,
+        # the training time of a resumed run's earlier launches does.
+        self.started = time.monotonic() - self.state.seconds
         with (
             self._logger() if main else nullcontext() as log,  # rank 0 writes the run directory
             tqdm(
@@ -175,7 +176,7 @@ class RunLoop:
         """The run's final step: the configured count, a stop, or the wall-clock budget."""
         t = self.config.trainer
         out_of_time = t.max_minutes > 0 and out_of_budget(
-            time.monotonic() - self.started, step + 1 - self.start_step, 60 * t.max_minutes
+            time.monotonic() - self.started, step + 1, 60 * t.max_minutes
         )
         out_of_time = distributed.broadcast(out_of_time)  # rank 0's clock: every rank agrees
         if out_of_time and self.state.stopped_at is None:
@@ -351,6 +352,7 @@ class RunLoop:
         # Every rank calls save_checkpoint: with sharded models each holds a part of the
         # weights and optimiser states, gathered onto rank 0, which writes.
         if last or (t.save_every and (step + 1) % t.save_every == 0):
+            self.state.seconds = time.monotonic() - self.started
             state = {"loop": self.trainer.name, **self.state.saved()}
             if self.detector is not None:
                 state["monitor"] = self.detector.state_dict()

@@ -26,6 +26,7 @@ class RunState:
     eval_success: float | None = None
     empty_steps: int = 0  # steps in a row whose filter kept no group
     skipped_steps: int = 0  # steps in a row whose every update was skipped (not finite)
+    seconds: float = 0.0  # training time up to the last checkpoint (trainer.max_minutes)
     stopped_at: int | None = None  # the last step, when the run ends before trainer.steps
     stop_reason: str | None = None  # why it ends there
     diverged: str | None = None  # why the run stopped on non-finite updates
@@ -38,6 +39,7 @@ class RunState:
             "eval_success": self.eval_success,
             "empty_steps": self.empty_steps,
             "skipped_steps": self.skipped_steps,
+            "seconds": self.seconds,
             "stopped": stopped,
         }
 
@@ -48,6 +50,7 @@ class RunState:
         self.eval_success = state.get("eval_success")
         self.empty_steps = int(state.get("empty_steps", 0))
         self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.seconds = float(state.get("seconds", 0.0))
         stopped = state.get("stopped")
         if isinstance(stopped, list) and len(stopped) == 2:
             say(f"the run had stopped after step {stopped[0]} ({stopped[1]}); it trains on")
