@@ -33,6 +33,7 @@ def test_run_overview_lists_every_step_with_its_metrics(client, viewer_run):
     body = client.get("/api/run").json()
     assert body["name"] == viewer_run.name
     assert body["config"]["env"] == "sokoban" and body["config"]["model"] == "tiny"
+    assert body["config"]["demos"] == "2"  # what a windowed turn's context opens with
     metrics = read_jsonl(RunDir(viewer_run).metrics).records
     assert [s["step"] for s in body["steps"]] == list(range(STEPS))
     for row, record in zip(body["steps"], metrics, strict=True):

@@ -279,6 +279,9 @@ def test_exported_file_works_offline_and_runs_no_payload(planted_run, tmp_path, 
     assert not watched.errors
 
 
+EXAMPLES = "the instructions (with worked examples)"
+
+
 def test_each_turn_says_what_a_windowed_context_showed(viewer_run, copy_run, tmp_path, watched):
     """A real episode of the run, rewritten as three turns played with a window of 2 turns
     (limited_multi_turn) and as single_turn: each turn names what its context showed; an
@@ -292,16 +295,16 @@ def test_each_turn_says_what_a_windowed_context_showed(viewer_run, copy_run, tmp
         record["turns"] = [{**records[0]["turns"][0], "first_shown": n} for n in (1, 1, 2)]
         windowed.append(record)
     path.write_text("".join(to_json_line(r) + "\n" for r in [*windowed, *records[1:]]))
-    want = {
+    want = {  # the run's sokoban-rl preset shows 2 worked examples after the rules
         0: [
-            "the instructions and this turn only",
-            "the instructions, then turns 1–2 as a chat",
-            "the instructions, then turns 2–3 as a chat",
+            f"{EXAMPLES} and this turn only",
+            f"{EXAMPLES}, then turns 1–2 as a chat",
+            f"{EXAMPLES}, then turns 2–3 as a chat",
         ],
         1: [
-            "the instructions and this turn's state only",
-            "the instructions, turn 1 summarised, then this turn's state",
-            "the instructions, turn 2 summarised, then this turn's state",
+            f"{EXAMPLES} and this turn's state only",
+            f"{EXAMPLES}, turn 1 summarised, then this turn's state",
+            f"{EXAMPLES}, turn 2 summarised, then this turn's state",
         ],
     }
     from playwright.sync_api import expect
@@ -319,4 +322,11 @@ def test_each_turn_says_what_a_windowed_context_showed(viewer_run, copy_run, tmp
         expect(selected).to_have_attribute("data-index", "2", timeout=TIMEOUT_MS)
         page.locator("#dialogue .turn").first.wait_for()
         expect(saw).to_have_count(0, timeout=TIMEOUT_MS)
+    # a run without worked examples (rollout.demos: 0): its windows open with the rules alone
+    config = RunDir(run).config
+    config.write_text(config.read_text().replace("demos: 2", "demos: 0"))
+    with Server(run) as server:
+        watched.page.goto(server.url("step/1?ep=0"))
+        plain = [line.replace(EXAMPLES, "the instructions") for line in want[0]]
+        expect(saw).to_have_text(plain, timeout=TIMEOUT_MS)
     assert not watched.errors

@@ -414,6 +414,7 @@ def config_summary(data: dict) -> dict:
         "groups": get("rollout", "groups"),
         "group_size": get("rollout", "group_size"),
         "estimator": get("algo", "estimator"),
+        "demos": get("rollout", "demos"),  # what a windowed turn's context opens with
     }
     shown = {k: str(v) for k, v in fields.items() if isinstance(v, str | int | float)}
     return {k: v for k, v in shown.items() if _encodable(v)}

@@ -697,17 +697,20 @@
     return el("div", { class: "episode" }, head, turns.map((t, i) => turnView(t || {}, i, contextWindow)));
   }
 
-  // What the model was shown at turn `now` (1-based) under a context window other than full.
+  // What the model was shown at turn `now` (1-based) under a context window other than full:
+  // every window opens with the instructions, and the run's worked examples (rollout.demos).
   function seen(contextWindow, first, now) {
     const from = Number.isInteger(first) && first >= 1 && first <= now ? first : now;
+    const config = (state.run && state.run.config) || {};
+    const opening = Number(config.demos) > 0 ? "the instructions (with worked examples)" : "the instructions";
     if (contextWindow === "single_turn") {
-      if (from === now) return "the instructions and this turn's state only";
+      if (from === now) return `${opening} and this turn's state only`;
       const to = now - 1;
       const past = from === to ? `turn ${from}` : `turns ${from}–${to}`;
-      return `the instructions, ${past} summarised, then this turn's state`;
+      return `${opening}, ${past} summarised, then this turn's state`;
     }
-    if (from === now) return "the instructions and this turn only";
-    return `the instructions, then turns ${from}–${now} as a chat`;
+    if (from === now) return `${opening} and this turn only`;
+    return `${opening}, then turns ${from}–${now} as a chat`;
   }
 
   function turnView(t, i, contextWindow) {
