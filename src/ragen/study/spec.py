@@ -274,6 +274,15 @@ def check_study(study: Study) -> None:
         _check_run(run, seen, study.scales)
         seen.add(run.name)
     _check_expectations(study.expect, seen)
+    for name in (study.metric, *study.columns):
+        if not name or any(c in name for c in "|\n\r"):
+            raise ConfigError(
+                f"metric or column {name!r} cannot head a table column: name a metric "
+                "without '|' or a line break"
+            )
+    for name, at in study.scales.items():
+        if _sets(at.overrides, "trainer.seed"):
+            raise ConfigError(f"scale {name}: drop trainer.seed, the study sets the seeds")
     _check_scale_presets(study)
     _check_warm_starts(study)
     for scale in study.scales:
@@ -295,7 +304,8 @@ def _check_run(run: StudyRun, seen: set[str], scales: dict[str, StudyScale]) -> 
         extra = sorted(set(named) - set(scales))
         if extra:
             raise ConfigError(f"run {run.name}: {key} names {extra[0]!r}, no scale here")
-    if _sets(run.overrides, "trainer.seed"):
+    scaled = [o for overrides in run.scale_overrides.values() for o in overrides]
+    if _sets([*run.overrides, *scaled], "trainer.seed"):
         raise ConfigError(f"run {run.name}: drop trainer.seed, the study sets the seeds")
 
 
@@ -337,6 +347,8 @@ def _check_expectations(expect: list[Expectation], runs: set[str]) -> None:
         for name in (want.higher, want.lower):
             if name.removesuffix(START) not in runs:
                 raise ConfigError(f"expect names {name!r}, which is no run of the study")
+        if want.higher == want.lower:
+            raise ConfigError(f"expect compares {want.higher!r} with itself: name two sides")
 
 
 BOOKKEEPING = frozenset(
