@@ -360,6 +360,11 @@ def test_the_time_left_is_the_pace_of_the_done_runs_of_each_command(tmp_path):
     resumed_elsewhere = {"step": 3, "device": "cpu", **elsewhere}
     append_jsonl(RunDir(a0.root).machine, [resumed_elsewhere])  # a0 went on on another machine
     assert runner.time_left(planned, state, here) == runner.TimeLeft(4.0 + 2 * 25.0, False)
+    # a run under way has spent some of its share, up to the mean
+    state.mark(planned[4], "running", minutes=10.0)
+    assert runner.time_left(planned, state, here) == runner.TimeLeft(4.0 + 2 * 25.0 - 10, False)
+    state.mark(planned[4], "running", minutes=99.0)
+    assert runner.time_left(planned, state, here) == runner.TimeLeft(4.0 + 25.0, False)
 
 
 def test_a_study_launches_its_runs_without_importing_the_working_directory(tmp_path, monkeypatch):

@@ -267,12 +267,12 @@ def run_all(
                 _check_warm_start(run)
             if run.root.exists() and not resume:
                 say(f"{head}: {run.root} has no checkpoint; set aside as {set_aside(run.root)}")
+                state.mark(run, "running", minutes=0.0)  # what it spent starts again
             say(f"{head}: {shlex.join(['ragen', *command_line(run, resume)])}")
             left = time_left(planned, state)
             if left is not None:
                 say(f"{head}: {left.line()}")
-            # a folder set aside starts the run again: its minutes are not this run's
-            before = (state.minutes(run) or 0.0) if resume else 0.0
+            before = state.minutes(run) or 0.0
             state.mark(run, "running")
             mark_time = partial(_mark_time, state, run, before, time.monotonic())
             try:
@@ -348,8 +348,9 @@ def time_left(
     """The minutes the runs not yet done will take if each takes the mean of the done runs
     of its command (a warm start is a few minutes, a run tens) that ran on this machine's
     ``cpu`` (`this_cpu`; their machine.jsonl), or of all its done runs while none did: a
-    study that moved to another machine is paced by what it does there. None until each
-    command with a run left has one done."""
+    study that moved to another machine is paced by what it does there; less the minutes a
+    run under way has spent (up to that mean). None until each command with a run left has
+    one done."""
     cpu = this_cpu() if cpu is None else cpu
     left, here = 0.0, True
     for command in {p.command for p in planned if not state.is_done(p)}:
@@ -361,7 +362,8 @@ def time_left(
         here = here and bool(local)
         paced = local or done
         mean = sum(state.minutes(p) or 0.0 for p in paced) / len(paced)
-        left += (len(mine) - len(done)) * mean
+        spent = sum(min(state.minutes(p) or 0.0, mean) for p in mine if not state.is_done(p))
+        left += (len(mine) - len(done)) * mean - spent
     return TimeLeft(left, here)
 
 
