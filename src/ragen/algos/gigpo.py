@@ -18,9 +18,12 @@ Each turn of an episode is a step sample. For an episode ``b`` of group ``g`` wi
   group whose anchor is the same state;
 - ``A(b, t) = A_E(b) + w * A_S(b, t)`` on every reply token of turn ``t``.
 
-A group or anchor group of a single step sample gives 0 (nothing to compare with). GiGPO's
-deduction for an invalid action is ragen's ``rollout.format_penalty``, already part of the
-turn's reward and of the score. `anchor_ids` turns the anchors' text (the env's history-free
+A group or anchor group of a single step sample gives 0 (nothing to compare with). The
+deduction for an invalid action is ragen's ``rollout.format_penalty``, part of the turn's
+reward: so it enters the episode's score (every turn's episode term) and the discounted
+returns of the turns before it. verl-agent deducts it from the invalid step's own score and
+return alone, after the returns are discounted; the two differ only on episodes with a
+penalised turn. `anchor_ids` turns the anchors' text (the env's history-free
 observation of each turn's state) into integer ids, equal text (or, with a similarity
 threshold, text as similar as that) giving equal ids within a group.
 """
