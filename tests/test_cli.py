@@ -180,6 +180,25 @@ def test_eval_refuses_an_infinite_temperature(capsys):
         main(["eval", "--env", "bandit", "--temperature", "inf"])
     assert done.value.code == 2
     assert "inf is not a finite non-negative number" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:  # logits / 1e-40 overflow: NaN samples
+        main(["eval", "--env", "bandit", "--temperature", "1e-40"])
+    assert done.value.code == 2
+    assert "1e-40 is below 0.001" in capsys.readouterr().err
+    assert main(["eval", "--env", "bandit", "rollout.temperature=1e-9"]) == 2
+    assert "rollout.temperature=1e-09 is below 0.001" in capsys.readouterr().err
+
+
+def test_eval_refuses_settings_its_flags_set_and_torchrun(monkeypatch, capsys):
+    for override, flag in (
+        ("trainer.eval_split=test", "--split"),
+        ("rollout.backend=naive", "--backend"),
+    ):
+        assert main(["eval", "--env", "bandit", override]) == 2
+        assert f"is what `ragen eval {flag}` sets: pass {flag}" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun would start it
+    for command in (["eval", "--env", "bandit"], ["sft", "bandit"]):
+        assert main(command) == 2
+        assert "start it without torchrun" in capsys.readouterr().err
 
 
 def test_eval_model_named_like_a_number_is_a_folder(tiny, tmp_path, monkeypatch, capsys):

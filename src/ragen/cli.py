@@ -15,7 +15,14 @@ import time
 from collections.abc import Sequence
 
 from ragen import __version__
-from ragen.config import BACKENDS, DEFAULT_SPEC, DTYPES, EVAL_SPLITS, TrainerConfig
+from ragen.config import (
+    BACKENDS,
+    DEFAULT_SPEC,
+    DTYPES,
+    EVAL_SPLITS,
+    MIN_TEMPERATURE,
+    TrainerConfig,
+)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -316,7 +323,7 @@ def _sft_config(args: argparse.Namespace):
 def _cmd_sft(args: argparse.Namespace) -> int:
     from ragen.train import distributed
 
-    if distributed.world_size() > 1:
+    if distributed.launched_world_size() > 1:  # no session is started yet: read torchrun's
         raise UsageError("ragen sft runs in one process: start it without torchrun")
     cfg, run = _sft_config(args)  # a refused config leaves no folder behind
     from ragen.train.sft import SftTrainer  # seconds of imports, after the refusals
@@ -325,6 +332,16 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
 
 # -------------------------------------------------------------------------------- eval
+
+
+EVAL_FLAGS = {
+    "trainer.eval_episodes": "--n",
+    "trainer.eval_k": "--k",
+    "trainer.eval_split": "--split",
+    "trainer.eval_temperature": "--temperature",
+    "rollout.backend": "--backend",
+}
+"""The settings `ragen eval` takes from its own flags: an override of one would be ignored."""
 
 
 def _eval_config(args: argparse.Namespace):
@@ -339,6 +356,12 @@ def _eval_config(args: argparse.Namespace):
             f"--n {args.n} seeds x --k {args.k} tries is {args.n * args.k:,} episodes, more than "
             f"the {config.MAX_EVAL_EPISODES:,} one evaluation may run: lower --n or --k"
         )
+    for override in args.overrides:
+        key = override.partition("=")[0].strip()
+        if key in EVAL_FLAGS:
+            raise UsageError(
+                f"{key} is what `ragen eval {EVAL_FLAGS[key]}` sets: pass {EVAL_FLAGS[key]}"
+            )
     overrides = [*args.overrides, f"env.name={json.dumps(args.env)}"]
     if args.model is not None:
         # A JSON string is a YAML string: --model 123 names a folder, never the number 123.
@@ -361,9 +384,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ragen.run.rundir import check_eval_out, default_run_root
+    from ragen.train import distributed
 
     if args.api is not None or args.base_url is not None:
         return _cmd_eval_api(args)
+    if distributed.launched_world_size() > 1:  # each process would play every seed
+        raise UsageError("ragen eval runs in one process: start it without torchrun")
     cfg = _eval_config(args)  # everything is checked before the model loads
     out = Path(args.out) if args.out else default_run_root(f"eval-{args.env}")
     check_eval_out(out)
@@ -527,7 +553,7 @@ def _add_eval_command(commands) -> None:
     )
     p.add_argument(
         "--temperature",
-        type=_non_negative_float,
+        type=_temperature,
         default=defaults.eval_temperature,
         help="0 = greedy",
     )
@@ -639,6 +665,16 @@ def _non_negative_float(text: str) -> float:
     value = float(text)
     if not 0 <= value < math.inf:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text} is not a finite non-negative number")
+    return value
+
+
+def _temperature(text: str) -> float:
+    value = _non_negative_float(text)
+    if 0 < value < MIN_TEMPERATURE:
+        raise argparse.ArgumentTypeError(
+            f"{text} is below {MIN_TEMPERATURE:g}, where the scaled logits overflow: use 0 "
+            "for greedy decoding, or at least that"
+        )
     return value
 
 

@@ -163,6 +163,13 @@ def test_the_action_template_is_the_most_frequent_unsolved_sequence_and_its_pref
     ]
     assert action_template(episodes) == (("Right", "Right", "Up", "Up"), 4 / 6)
     assert action_template([(["Up"], True)]) == ((), 0.0)  # all solved: none
+    # an episode that made no move follows no sequence of moves, only the template of none
+    blank = [([], False)] * 2
+    assert action_template([*blank, *episodes, *episodes]) == (
+        ("Right", "Right", "Up", "Up"),
+        8 / 14,
+    )
+    assert action_template([*blank, *blank, (["Up"], False)]) == ((), 4 / 5)
 
 
 def test_the_summary_names_the_action_template_and_its_share():

@@ -16,6 +16,7 @@ from ragen.config.schema import (
     FILTER_VALUE_KEYS,
     MAX_EPISODES_PER_STEP,
     MAX_EVAL_EPISODES,
+    MIN_TEMPERATURE,
     NEEDS_CRITIC,
     NEEDS_GROUPS,
     OLD_FILTER_MODES,
@@ -118,7 +119,18 @@ def check_combinations(c: Config) -> Config:
             f"or cuda:N with N from 0 to {_MAX_CUDA_INDEX}"
         )
     _check_eval_options(c)
+    check_temperature("rollout.temperature", r.temperature)
+    check_temperature("trainer.eval_temperature", t.eval_temperature)
     return c
+
+
+def check_temperature(key: str, value: float) -> None:
+    """Refuse a sampling temperature above 0 but under MIN_TEMPERATURE."""
+    if 0 < value < MIN_TEMPERATURE:
+        raise ConfigError(
+            f"config: {key}={value:g} is below {MIN_TEMPERATURE:g}, where the scaled logits "
+            "overflow: use 0 for greedy decoding, or at least that"
+        )
 
 
 def _check_monitor(c: Config) -> None:

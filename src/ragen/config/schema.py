@@ -22,6 +22,9 @@ from typing import Any, Literal, get_args
 MAX_EVAL_EPISODES = 1_000_000
 """Most episodes one evaluation may run (trainer.eval_episodes × trainer.eval_k, `ragen eval
 --n` × `--k`)."""
+MIN_TEMPERATURE = 1e-3
+"""The lowest sampling temperature above 0 (greedy): logits divided by less can overflow
+float32 and sample from NaN."""
 MAX_LR = 1.0
 """Largest learning rate accepted: AdamW moves each weight by about the learning rate a
 step, so above this every weight leaves any range a model works in within one update."""
@@ -151,7 +154,8 @@ class RolloutConfig:
     """Token budget of a whole dialogue, or with a context_window other than full of each
     turn's context (an episode that would pass it ends truncated:context)."""
     temperature: float = opt(1.0, ge=0.0)
-    """Sampling temperature of training rollouts; 0 means greedy."""
+    """Sampling temperature of training rollouts; 0 means greedy, else at least
+    MIN_TEMPERATURE (0.001)."""
     top_p: float = opt(1.0, gt=0.0, le=1.0)
     """Nucleus sampling mass of training rollouts."""
     think: bool = True
@@ -474,7 +478,8 @@ class TrainerConfig:
     success is the mean over every try, so one evaluation's sampling noise falls about as
     1/sqrt(k); pass@k is recorded beside it."""
     eval_temperature: float = opt(0.5, ge=0.0)
-    """Sampling temperature of evaluation."""
+    """Sampling temperature of evaluation; 0 means greedy, else at least MIN_TEMPERATURE
+    (0.001)."""
     eval_split: EvalSplit = "dev"
     """Which fixed seeds evaluations play: dev (from 1,000,000,000: the seeds tuning, early
     stopping and choosing a checkpoint may read) or test (from 3,000,000,000: kept for a

@@ -158,15 +158,20 @@ def action_template(
     among the episodes that ended without success (mostly at the end of their budget, so a
     full sequence, not one cut short by a win); its share
     counts every episode whose actions are it or a prefix of it (a success ends an episode
-    early). Near 1 on a multi-turn game, the policy plays the same moves whatever the level:
-    the Echo Trap, however high its success. ((), 0.0) when every episode succeeded.
+    early), an episode that made no move only when the template is no move too (it plays
+    no sequence at all). Near 1 on a multi-turn game, the policy plays the same moves
+    whatever the level: the Echo Trap, however high its success. ((), 0.0) when every
+    episode succeeded.
     """
     played = [(tuple(actions), success) for actions, success in episodes]
     failed = Counter(actions for actions, success in played if not success)
     if not failed:
         return (), 0.0
     template = failed.most_common(1)[0][0]
-    follows = sum(actions == template[: len(actions)] for actions, _ in played)
+    follows = sum(
+        actions == template or (len(actions) > 0 and actions == template[: len(actions)])
+        for actions, _ in played
+    )
     return template, follows / len(played)
 
 
