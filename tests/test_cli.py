@@ -10,6 +10,8 @@ from fastapi.testclient import TestClient
 
 from ragen import config, models
 from ragen.cli import build_parser, main
+from ragen.run.lock import hold
+from ragen.run.rundir import RunDir
 from ragen.viewer.app import create_app
 
 
@@ -123,6 +125,16 @@ def test_eval_writes_summary_and_episodes(tiny, tmp_path, capsys):
     assert "time: prefill" in printed and "decode" in printed
     assert main([*args, "--out", str(out)]) == 2  # never overwrites an evaluation
     assert "already exists" in capsys.readouterr().err
+    # a folder another evaluation is writing, or a training run's: refused
+    busy = tmp_path / "busy"
+    with hold(RunDir(busy)):
+        assert main([*args, "--out", str(busy)]) == 2
+    assert f"{busy} is in use by pid" in capsys.readouterr().err
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "config.yaml").write_text("{}\n")
+    assert main([*args, "--out", str(trained)]) == 2
+    assert f"{trained} is a training run's folder" in capsys.readouterr().err
 
 
 def test_eval_refuses_bad_input_before_loading(capsys):

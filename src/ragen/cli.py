@@ -383,7 +383,8 @@ def _cmd_eval_api(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ragen.run.rundir import check_eval_out, default_run_root
+    from ragen.run.lock import hold
+    from ragen.run.rundir import RunDir, check_eval_out, default_run_root
     from ragen.train import distributed
 
     if args.api is not None or args.base_url is not None:
@@ -422,9 +423,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     request = EvalRequest(
         env=args.env, n=args.n, k=args.k, temperature=args.temperature, split=args.split
     )
-    with threads.computing_with(cfg.trainer.threads):
-        summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)
-    write_eval(out, summary, trajectories, model=cfg.model.spec)
+    with hold(RunDir(out)):  # one writer: a second evaluation into out is refused
+        check_eval_out(out)  # again, now that no other writer can start
+        with threads.computing_with(cfg.trainer.threads):
+            summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)
+        write_eval(out, summary, trajectories, model=cfg.model.spec)
     print(format_summary(args.env, summary))
     print(f"episodes written to {out / 'trajectories' / 'eval.jsonl'}")
     return EXIT_OK

@@ -219,11 +219,15 @@ def eval_files(out: Path) -> tuple[Path, Path]:
 
 def check_eval_out(out: Path) -> None:
     """Refuse, before the model loads, an output folder that cannot be written (a full or
-    read-only disk, a name too long) or that already holds an evaluation's episodes."""
-    RunDir(out).check_writable()
+    read-only disk, a name too long), that already holds an evaluation's episodes, or that
+    is a training run's (its eval.jsonl is the run's own)."""
+    run = RunDir(out)
+    run.check_writable()
     _, episodes = eval_files(out)
     if episodes.exists():
         raise RunDirError(f"{episodes} already exists: choose another --out")
+    if run.config.exists() or run.metrics.exists():
+        raise RunDirError(f"{out} is a training run's folder: choose another --out")
 
 
 def default_run_root(preset: str, now: datetime | None = None) -> Path:
