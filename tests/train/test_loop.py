@@ -45,11 +45,18 @@ def _collapse_metrics(step):
     return {"rollout/reward_mean": reward, "rollout/success": reward, "actor/grad_norm": 1.0}
 
 
-def test_monitor_stop_ends_the_run_with_a_checkpoint_and_logs_alerts(tmp_path):
-    cfg = _config("trainer.steps=1", "monitor.action=stop", "monitor.warmup_steps=3")
+def _new_loop(tmp_path, *overrides) -> tuple[RunLoop, RunDir]:
+    """A new run's loop, its folder made, on the small config with ``overrides``."""
+    cfg = _config(*overrides)
     run = RunDir(tmp_path / "run")
     create_run_dir(run.root, cfg)
-    loop = RunLoop(Trainer(cfg), run)
+    return RunLoop(Trainer(cfg), run), run
+
+
+def test_monitor_stop_ends_the_run_with_a_checkpoint_and_logs_alerts(tmp_path):
+    loop, run = _new_loop(
+        tmp_path, "trainer.steps=1", "monitor.action=stop", "monitor.warmup_steps=3"
+    )
     step = 0
     while loop.state.stopped_at is None and step < 40:
         loop.watch(step, _collapse_metrics(step))
@@ -63,7 +70,8 @@ def test_monitor_stop_ends_the_run_with_a_checkpoint_and_logs_alerts(tmp_path):
 
 
 def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_path):
-    cfg = _config(
+    loop, _ = _new_loop(
+        tmp_path,
         "trainer.steps=5",
         "trainer.save_every=1",
         "trainer.eval_every=1",
@@ -72,10 +80,7 @@ def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_pat
         "monitor.rollback_lr_scale=0.5",
         "monitor.rollback_filter_ratio=0.25",
     )
-    run = RunDir(tmp_path / "run")
-    create_run_dir(run.root, cfg)
-    loop = RunLoop(Trainer(cfg), run)
-    m = loop.trainer.m
+    cfg, m = loop.config, loop.trainer.m
     loop.state.eval_success = 0.9
     loop.maybe_checkpoint(0)  # step_1 has the best eval success: the rollback target
     best = {k: v.clone() for k, v in m.policy.state_dict().items()}
@@ -98,7 +103,8 @@ def test_monitor_rollback_restores_the_best_checkpoint_and_lowers_the_lr(tmp_pat
 def _spell_loop(tmp_path, *overrides):
     """A loop rolling back on RAGEN-2's variance stop alone (2 low steps against the first
     2), whose step_1 is the rollback target with eval success 0.9."""
-    cfg = _config(
+    loop, run = _new_loop(
+        tmp_path,
         "trainer.steps=20",
         "trainer.save_every=1",
         "trainer.eval_every=1",
@@ -108,9 +114,6 @@ def _spell_loop(tmp_path, *overrides):
         "monitor.variance_baseline_steps=2",
         *overrides,
     )
-    run = RunDir(tmp_path / "run")
-    create_run_dir(run.root, cfg)
-    loop = RunLoop(Trainer(cfg), run)
     loop.state.eval_success = 0.9
     loop.maybe_checkpoint(0)
     return loop, run
@@ -190,10 +193,9 @@ def test_wall_clock_budget_ends_the_run_after_one_step_with_a_checkpoint(tmp_pat
 
 
 def test_wall_clock_budget_counts_from_the_start_of_training(tmp_path):
-    cfg = _config("trainer.steps=2", "trainer.max_minutes=60", "trainer.eval_every=0")
-    run = RunDir(tmp_path / "run")
-    create_run_dir(run.root, cfg)
-    loop = RunLoop(Trainer(cfg), run)
+    loop, run = _new_loop(
+        tmp_path, "trainer.steps=2", "trainer.max_minutes=60", "trainer.eval_every=0"
+    )
     loop.started -= 2 * 3600  # two hours spent with the trainer before train() (a base eval)
     loop.train()
     assert [r["step"] for r in read_jsonl(run.metrics).records] == [0, 1]
@@ -201,10 +203,9 @@ def test_wall_clock_budget_counts_from_the_start_of_training(tmp_path):
 
 
 def test_a_resumed_run_counts_the_training_time_of_its_earlier_launches(tmp_path):
-    cfg = _config("trainer.steps=3", "trainer.max_minutes=60", "trainer.save_every=1")
-    run = RunDir(tmp_path / "run")
-    create_run_dir(run.root, cfg)
-    loop = RunLoop(Trainer(cfg), run)
+    loop, run = _new_loop(
+        tmp_path, "trainer.steps=3", "trainer.max_minutes=60", "trainer.save_every=1"
+    )
     loop.state.restore({"seconds": 2 * 3600.0})  # as a checkpoint two training hours in
     loop.train()
     assert [r["step"] for r in read_jsonl(run.metrics).records] == [0]
