@@ -20,8 +20,8 @@ from ragen.config import (
     DEFAULT_SPEC,
     DTYPES,
     EVAL_SPLITS,
-    MIN_TEMPERATURE,
     TrainerConfig,
+    temperature_problem,
 )
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -673,11 +673,9 @@ def _non_negative_float(text: str) -> float:
 
 def _temperature(text: str) -> float:
     value = _non_negative_float(text)
-    if 0 < value < MIN_TEMPERATURE:
-        raise argparse.ArgumentTypeError(
-            f"{text} is below {MIN_TEMPERATURE:g}, where the scaled logits overflow: use 0 "
-            "for greedy decoding, or at least that"
-        )
+    problem = temperature_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text} {problem}")
     return value
 
 

@@ -13,7 +13,14 @@ the estimator) are judged where a run is set up: :mod:`ragen.train.preflight`.
 """
 
 from ragen.config.build import build_schema, check_ranges
-from ragen.config.checks import is_device, kept_count, kept_episodes, kept_groups, validate
+from ragen.config.checks import (
+    is_device,
+    kept_count,
+    kept_episodes,
+    kept_groups,
+    temperature_problem,
+    validate,
+)
 from ragen.config.errors import ConfigError
 from ragen.config.loading import (
     PRESET_SUFFIX,
@@ -49,7 +56,6 @@ from ragen.config.schema import (
     MAX_EVAL_EPISODES,
     MAX_LR,
     MAX_STEPS,
-    MIN_TEMPERATURE,
     NEEDS_CRITIC,
     NEEDS_GROUPS,
     OLD_FILTER_MODES,
@@ -87,7 +93,6 @@ __all__ = [
     "MAX_EVAL_EPISODES",
     "MAX_LR",
     "MAX_STEPS",
-    "MIN_TEMPERATURE",
     "NEEDS_CRITIC",
     "NEEDS_GROUPS",
     "OLD_FILTER_MODES",
@@ -108,7 +113,6 @@ __all__ = [
     "apply_overrides",
     "build_schema",
     "check_ranges",
-    "check_temperature",
     "env_options",
     "field_docs",
     "file_exists",
@@ -124,6 +128,7 @@ __all__ = [
     "preset_for_env",
     "preset_names",
     "read_yaml",
+    "temperature_problem",
     "to_dict",
     "to_yaml",
     "validate",

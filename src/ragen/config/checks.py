@@ -124,13 +124,22 @@ def check_combinations(c: Config) -> Config:
     return c
 
 
-def check_temperature(key: str, value: float) -> None:
-    """Refuse a sampling temperature above 0 but under MIN_TEMPERATURE."""
+def temperature_problem(value: float) -> str | None:
+    """Why ``value`` cannot be a sampling temperature (above 0 but under MIN_TEMPERATURE),
+    or None; the config and `ragen eval --temperature` refuse it alike."""
     if 0 < value < MIN_TEMPERATURE:
-        raise ConfigError(
-            f"config: {key}={value:g} is below {MIN_TEMPERATURE:g}, where the scaled logits "
-            "overflow: use 0 for greedy decoding, or at least that"
+        return (
+            f"is below {MIN_TEMPERATURE:g}, where the scaled logits overflow: use 0 for "
+            "greedy decoding, or at least that"
         )
+    return None
+
+
+def check_temperature(key: str, value: float) -> None:
+    """Refuse a sampling temperature ``temperature_problem`` finds a problem in."""
+    problem = temperature_problem(value)
+    if problem is not None:
+        raise ConfigError(f"config: {key}={value:g} {problem}")
 
 
 def _check_monitor(c: Config) -> None:
