@@ -11,13 +11,13 @@ import torch
 from ragen import config
 from ragen import metric_names as names
 from ragen.algos import advantages as adv
-from ragen.algos.gigpo import ANCHOR_NONE, anchor_ids, discounted_turn_returns, gigpo
+from ragen.algos.gigpo import ANCHOR_NONE, anchor_ids, discounted_turn_returns, gigpo, per_turn
 from ragen.config import AlgoConfig, ConfigError
 from ragen.monitor.metrics import credit_metrics
 from ragen.rollout.trajectory import Trajectory, Turn, collate
 
 
-def _turn(observation: str, reward: float, start: int, stop: int) -> Turn:
+def _turn(observation: str, reward: float, start: int, stop: int, penalty: float = 0.0) -> Turn:
     return Turn(
         observation=observation,
         reply="<answer>Right</answer>",
@@ -32,18 +32,26 @@ def _turn(observation: str, reward: float, start: int, stop: int) -> Turn:
         think_tokens=0,
         reply_start=start,
         reply_end=stop,
+        terms={"env": reward - penalty, "format": penalty},
     )
 
 
-def _episode(group: int, copy: int, visits: list[tuple[str, float]]) -> Trajectory:
+def _episode(
+    group: int,
+    copy: int,
+    visits: list[tuple[str, float]],
+    penalties: dict[int, float] | None = None,
+) -> Trajectory:
     """An episode of 2 context tokens then, per turn, a 3-token reply and 2 context tokens
-    (the last turn's reply ends the row), visiting ``visits`` (state, reward) in order."""
+    (the last turn's reply ends the row), visiting ``visits`` (state, reward) in order; turn
+    ``n`` of ``penalties`` also carries that format penalty inside its reward."""
     t = Trajectory(env="frozen-lake", group=group, copy=copy, seed=group)
     t.append([1, 2], sampled=False)
     for n, (state, reward) in enumerate(visits):
         start = len(t.token_ids)
         t.append([10 + n, 11 + n, 12 + n], sampled=True, logprobs=[-0.5] * 3)
-        t.turns.append(_turn(state, reward, start, start + 3))
+        penalty = (penalties or {}).get(n, 0.0)
+        t.turns.append(_turn(state, reward + penalty, start, start + 3, penalty))
         if n + 1 < len(visits):
             t.append([3, 4], sampled=False)
     return t
@@ -64,6 +72,7 @@ def _estimate(trajectories: list[Trajectory], **algo) -> torch.Tensor:
         group_ids=batch.group_ids,
         turn_ids=batch.turn_ids,
         anchor_ids=anchors,
+        turn_penalties=per_turn([[turn.penalty for turn in t.turns] for t in trajectories]),
         coefs=adv.Coefficients.of(AlgoConfig(**algo)),
     )
     torch.testing.assert_close(returns, advantages)
@@ -117,6 +126,66 @@ def test_the_step_weight_scales_only_the_step_term():
     assert got == pytest.approx([0.6, 0.6, -0.4, -0.4, -0.4], abs=1e-6)  # grpo-like
     got = _per_turn(_estimate(WORKED, gigpo_gamma=0.95, gigpo_step_weight=2.0), WORKED)
     assert got == pytest.approx([1.55, 1.6, -1.35, -0.4, -1.4], abs=1e-6)
+
+
+# A visits s0, s1, s1 with env rewards [0, 0, 1], its turn 1 ran no action (format penalty
+# -0.1 inside that turn's reward); B visits s0, s1 with [0, 0]
+PENALISED = [
+    _episode(0, 0, [("s0", 0.0), ("s1", 0.0), ("s1", 1.0)], penalties={1: -0.1}),
+    _episode(0, 1, [("s0", 0.0), ("s1", 0.0)]),
+]
+
+
+def test_an_invalid_action_deducts_from_its_own_turn_alone():
+    # verl-agent's rule. Step scores: A's 1, 1 - 0.1, 1, B's 0, 0 (mean 0.58): A_E 0.42,
+    # 0.32, 0.42 and -0.58 twice. Returns from the env rewards: A 0.9025, 0.95, 1 and B 0,
+    # 0; A's turn 1 then loses 0.1: 0.85. Anchor s0 {0.9025, 0}: +-0.45125; s1 {0.85, 1, 0}
+    # (mean 0.61667): 0.23333, 0.38333, -0.61667.
+    got = _per_turn(_estimate(PENALISED, gigpo_gamma=0.95), PENALISED)
+    want = [0.87125, 0.32 + 0.85 - 1.85 / 3, 0.42 + 1 - 1.85 / 3, -1.03125, -0.58 - 1.85 / 3]
+    assert got == pytest.approx(want, abs=1e-6)
+    assert want == pytest.approx([0.87125, 0.55333, 0.80333, -1.03125, -1.19667], abs=1e-5)
+
+
+def test_credit_metrics_read_the_penalty_as_the_estimator_does():
+    # |A_E| over the 5 turns: (0.42 + 0.32 + 0.42 + 2 * 0.58) / 5; |A_S| as above
+    got = credit_metrics(PENALISED, gamma=0.95, step_weight=1.0, norm_by_std=False)
+    step = 2 * 0.45125 + abs(0.85 - 1.85 / 3) + abs(1 - 1.85 / 3) + 1.85 / 3
+    assert got[names.GIGPO_EPISODE_ADV] == pytest.approx(2.32 / 5)
+    assert got[names.GIGPO_STEP_ADV] == pytest.approx(step / 5)
+
+
+def test_without_turn_penalties_the_penalty_counts_as_reward():
+    # a direct call that sets no deduction apart: A's scores 0.9 on each turn (mean 0.54),
+    # returns from [0, -0.1, 1]: 0.8075, 0.85, 1
+    got = gigpo(
+        scores=torch.tensor([0.9, 0.0]),
+        turn_rewards=torch.tensor([[0.0, -0.1, 1.0], [0.0, 0.0, 0.0]]),
+        turn_valid=torch.tensor([[True, True, True], [True, True, False]]),
+        anchor_ids=torch.tensor([[0, 1, 1], [0, 1, -1]]),
+        group_ids=torch.tensor([0, 0]),
+        gamma=0.95,
+        step_weight=1.0,
+        norm_by_std=False,
+    )
+    s1 = (0.85 + 1.0) / 3
+    want = [[0.36 + 0.40375, 0.36 + 0.85 - s1, 0.36 + 1 - s1], [-0.54 - 0.40375, -0.54 - s1, 0]]
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
+
+
+def test_turn_penalties_of_the_wrong_shape_are_refused():
+    batch = collate(PENALISED, pad_id=0, placement="per_turn")
+    with pytest.raises(ValueError, match=r"turn_penalties \(2, 2\) must hold one value per turn"):
+        adv.estimate(
+            "gigpo",
+            rewards=batch.rewards,
+            mask=batch.loss_mask,
+            scores=batch.scores,
+            group_ids=batch.group_ids,
+            anchor_ids=torch.zeros(2, 3, dtype=torch.long),
+            turn_penalties=torch.zeros(2, 2),
+            coefs=adv.Coefficients.of(AlgoConfig()),
+        )
 
 
 def test_credit_metrics_of_the_worked_example():
@@ -199,7 +268,7 @@ def test_gigpo_without_anchor_ids_names_what_it_needs():
         )
 
 
-def test_an_estimator_written_before_anchor_ids_still_runs():
+def test_an_estimator_written_before_anchor_ids_and_turn_penalties_still_runs():
     def old(*, rewards, mask, values, scores, group_ids, turn_ids, coefs):
         return rewards * mask, rewards * mask
 
@@ -211,6 +280,7 @@ def test_an_estimator_written_before_anchor_ids_still_runs():
             rewards=batch.rewards,
             mask=batch.loss_mask,
             anchor_ids=torch.zeros(2, 3, dtype=torch.long),
+            turn_penalties=torch.zeros(2, 3),
             coefs=adv.Coefficients.of(AlgoConfig()),
         )
     finally:

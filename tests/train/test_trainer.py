@@ -212,7 +212,14 @@ def test_gigpo_gives_each_turn_the_credit_of_its_anchor_group():
         gamma=0.95,
         step_weight=1.0,
         norm_by_std=False,
+        turn_penalties=torch.tensor(
+            [
+                [t.turns[n].terms["format"] if n < len(t.turns) else 0.0 for n in range(width)]
+                for t in kept
+            ]
+        ),
     )
+    assert any(u.terms["format"] < 0 for t in kept for u in t.turns)  # the deduction is used
     for row, t in enumerate(kept):
         for n, turn in enumerate(t.turns):
             got = data.advantages[row, turn.reply_start : turn.reply_end]

@@ -403,6 +403,10 @@ class Estimator(Protocol):
             The trainer passes them (see ``gigpo.anchor_ids``); :func:`estimate` passes
             them only to an estimator whose signature takes ``anchor_ids`` or ``**kwargs``,
             so estimators written before it existed still run.
+        turn_penalties: (B, M) float, per turn of each episode the part (<= 0) of its reward
+            that penalised the reply's form (its ``format`` term: the invalid-action
+            deduction; 0 past an episode's turns), already inside ``rewards`` and ``scores``;
+            or None. Passed as ``anchor_ids`` is; gigpo keeps it on its own turn.
         coefs: the run's :class:`Coefficients`.
 
     Returns:
@@ -420,6 +424,7 @@ class Estimator(Protocol):
         group_ids: Tensor | None,
         turn_ids: Tensor | None,
         anchor_ids: Tensor | None,
+        turn_penalties: Tensor | None,
         coefs: Coefficients,
     ) -> tuple[Tensor, Tensor]: ...
 
@@ -477,16 +482,19 @@ def turn_numbers(mask: Tensor, turn_ids: Tensor | None = None) -> Tensor:
 
 
 def _est_gigpo(
-    *, rewards, mask, scores, group_ids, turn_ids, anchor_ids, coefs, **_
+    *, rewards, mask, scores, group_ids, turn_ids, anchor_ids, coefs, turn_penalties=None, **_
 ) -> tuple[Tensor, Tensor]:
     _need("gigpo", scores=scores, group_ids=group_ids, anchor_ids=anchor_ids)
     turns = turn_numbers(mask, turn_ids)
     width = int(turns.max()) + 1 if turns.numel() else 0
-    if anchor_ids.shape[0] != mask.shape[0] or anchor_ids.shape[1] < width:
-        raise ValueError(
-            f"anchor_ids {tuple(anchor_ids.shape)} must hold one id per turn of each row "
-            f"({mask.shape[0]} rows, up to {width} turns)"
-        )
+    for name, per_turn_input in (("anchor_ids", anchor_ids), ("turn_penalties", turn_penalties)):
+        if per_turn_input is None:
+            continue
+        if per_turn_input.shape[0] != mask.shape[0] or per_turn_input.shape[1] < width:
+            raise ValueError(
+                f"{name} {tuple(per_turn_input.shape)} must hold one value per turn of each "
+                f"row ({mask.shape[0]} rows, up to {width} turns)"
+            )
     if width == 0:  # no row holds a sampled token: nothing to credit
         zeros = torch.zeros(mask.shape, dtype=out_dtype(rewards, scores), device=mask.device)
         return zeros, zeros.clone()
@@ -510,6 +518,7 @@ def _est_gigpo(
         coefs.gigpo_gamma,
         coefs.gigpo_step_weight,
         norm_by_std=coefs.gigpo_mode == "mean_std_norm",
+        turn_penalties=None if turn_penalties is None else turn_penalties[:, :width],
     )
     zero = torch.zeros((), dtype=turn_adv.dtype, device=mask.device)
     adv = torch.where(sampled, turn_adv.gather(1, slot), zero).to(out_dtype(rewards, scores))
@@ -560,6 +569,7 @@ def estimate(
     group_ids: Tensor | None = None,
     turn_ids: Tensor | None = None,
     anchor_ids: Tensor | None = None,
+    turn_penalties: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Advantages and returns by estimator name, one call shape for all.
 
@@ -571,6 +581,7 @@ def estimate(
         scores, group_ids: (B,) episode returns and groups (grpo, rloo, gigpo).
         turn_ids: optional (B, T) turn index per token (bi_level_gae, gigpo).
         anchor_ids: (B, M) anchor state id per turn (gigpo).
+        turn_penalties: (B, M) the invalid-action deduction inside each turn's reward (gigpo).
 
     Returns:
         advantages (B, T) and returns (B, T), 0 where mask == 0 (see :class:`Estimator`).
@@ -581,7 +592,8 @@ def estimate(
     shape: the update would otherwise fail far from the estimator that is wrong.
     """
     function = resolve(name)
-    later = {"anchor_ids": anchor_ids}  # inputs added after the call shape was first published
+    # inputs added after the call shape was first published
+    later = {"anchor_ids": anchor_ids, "turn_penalties": turn_penalties}
     result = function(
         rewards=rewards,
         mask=mask,

@@ -18,14 +18,18 @@ Each turn of an episode is a step sample. For an episode ``b`` of group ``g`` wi
   group whose anchor is the same state;
 - ``A(b, t) = A_E(b) + w * A_S(b, t)`` on every reply token of turn ``t``.
 
-A group or anchor group of a single step sample gives 0 (nothing to compare with). The
-deduction for an invalid action is ragen's ``rollout.format_penalty``, part of the turn's
-reward: so it enters the episode's score (every turn's episode term) and the discounted
-returns of the turns before it. verl-agent deducts it from the invalid step's own score and
-return alone, after the returns are discounted; the two differ only on episodes with a
-penalised turn. `anchor_ids` turns the anchors' text (the env's history-free
-observation of each turn's state) into integer ids, equal text (or, with a similarity
-threshold, text as similar as that) giving equal ids within a group.
+A group or anchor group of a single step sample gives 0 (nothing to compare with).
+
+The deduction for an invalid action (``p_bt`` <= 0: ragen's ``format`` reward term,
+``rollout.format_penalty`` or on a cut reply ``cut_reply_penalty``) is the invalid step's
+own, as in verl-agent: its step sample's score is ``s_b - sum_t p_bt + p_bt`` and its return
+``R_bt`` is discounted from the rewards without any deduction, then ``p_bt`` is added. So a
+penalised turn lowers neither its episode's other turns nor, discounted, the turns before
+it. Without ``turn_penalties`` every part of a turn's reward counts as reward.
+
+`anchor_ids` turns the anchors' text (the env's history-free observation of each turn's
+state) into integer ids, equal text (or, with a similarity threshold, text as similar as
+that) giving equal ids within a group.
 """
 
 from __future__ import annotations
@@ -112,14 +116,20 @@ def terms(
     gamma: float,
     norm_by_std: bool,
     eps: float = 1e-6,
+    turn_penalties: Tensor | None = None,
 ) -> Terms:
     """The episode and step terms of every step sample; arguments as :func:`gigpo`'s."""
     work = torch.float32 if turn_rewards.device.type == "mps" else torch.float64
     valid = turn_valid.bool()
     rows, cols = valid.nonzero(as_tuple=True)  # the step samples, episode by episode
     groups = group_ids.to(rows.device)[rows]
-    episode, _ = _relative(scores.to(work)[rows], groups[:, None], norm_by_std, eps)
-    returns = discounted_turn_returns(turn_rewards.to(work), valid, gamma)[rows, cols]
+    rewards = turn_rewards.to(work)
+    own = torch.zeros_like(rewards)  # (B, M) each turn's deduction, kept off the others
+    if turn_penalties is not None:
+        own = torch.where(valid, turn_penalties.to(work), own)
+    step_scores = (scores.to(work) - own.sum(1))[rows] + own[rows, cols]
+    episode, _ = _relative(step_scores, groups[:, None], norm_by_std, eps)
+    returns = discounted_turn_returns(rewards - own, valid, gamma)[rows, cols] + own[rows, cols]
     keys = torch.stack([groups, anchor_ids[rows, cols].to(groups.dtype)], dim=1)
     step, anchor_size = _relative(returns, keys, norm_by_std, eps)
     return Terms(rows, cols, episode, step, anchor_size)
@@ -135,6 +145,7 @@ def gigpo(
     step_weight: float,
     norm_by_std: bool,
     eps: float = 1e-6,
+    turn_penalties: Tensor | None = None,
 ) -> Tensor:
     """GiGPO's advantage of every turn (see the module docstring).
 
@@ -149,11 +160,24 @@ def gigpo(
         step_weight: w, the weight of the step advantage.
         norm_by_std: mean_std_norm (True) or mean_norm (False).
         eps: added to the std before dividing.
+        turn_penalties: (B, M) the part (<= 0) of each turn's reward, already in
+            ``turn_rewards`` and ``scores``, that deducts for an invalid action: it stays on
+            its own turn (see the module docstring). None: no deduction is set apart.
 
     Returns:
         (B, M) advantages (float64, float32 on MPS), 0 on padding.
     """
-    t = terms(scores, turn_rewards, turn_valid, anchor_ids, group_ids, gamma, norm_by_std, eps)
+    t = terms(
+        scores,
+        turn_rewards,
+        turn_valid,
+        anchor_ids,
+        group_ids,
+        gamma,
+        norm_by_std,
+        eps,
+        turn_penalties,
+    )
     out = torch.zeros(turn_valid.shape, dtype=t.episode.dtype, device=t.episode.device)
     out[t.rows, t.cols] = t.episode + step_weight * t.step
     return out
@@ -178,6 +202,15 @@ def term_metrics(t: Terms, step_weight: float) -> dict[str, float]:
         names.GIGPO_EPISODE_ADV: float(t.episode.abs().mean()),
         names.GIGPO_STEP_ADV: float((step_weight * t.step).abs().mean()),
     }
+
+
+def per_turn(values: list[list[float]]) -> Tensor:
+    """(B, M) float64 of each episode's per-turn values (M: the most turns), 0 on padding."""
+    width = max((len(v) for v in values), default=0)
+    out = torch.zeros(len(values), width, dtype=torch.float64)
+    for b, row in enumerate(values):
+        out[b, : len(row)] = torch.tensor(row, dtype=torch.float64)
+    return out
 
 
 def anchor_ids(

@@ -234,12 +234,9 @@ def credit_metrics(
     ``gigpo_mode == "mean_std_norm"`` and ``gigpo_similarity``."""
     if not any(t.turns for t in trajectories):
         return {}
-    width = max(len(t.turns) for t in trajectories)
-    rewards = torch.zeros(len(trajectories), width, dtype=torch.float64)
-    valid = torch.zeros(len(trajectories), width, dtype=torch.bool)
-    for b, t in enumerate(trajectories):
-        rewards[b, : len(t.turns)] = torch.tensor([u.reward for u in t.turns], dtype=torch.float64)
-        valid[b, : len(t.turns)] = True
+    rewards = gigpo.per_turn([[u.reward for u in t.turns] for t in trajectories])
+    width = rewards.shape[1]
+    valid = torch.tensor([[n < len(t.turns) for n in range(width)] for t in trajectories])
     groups = [t.group for t in trajectories]
     found = gigpo.terms(
         torch.tensor([t.total_reward for t in trajectories], dtype=torch.float64),
@@ -251,5 +248,6 @@ def credit_metrics(
         torch.tensor(groups),
         gamma,
         norm_by_std,
+        turn_penalties=gigpo.per_turn([[u.penalty for u in t.turns] for t in trajectories]),
     )
     return gigpo.term_metrics(found, step_weight)

@@ -57,6 +57,13 @@ class Turn:
         return self.observation if self.anchor is None else self.anchor
 
     @property
+    def penalty(self) -> float:
+        """The part of ``reward`` that penalises the reply's form, its ``format`` term
+        (``rollout.format_penalty``, or ``cut_reply_penalty`` on a cut reply; 0 when the
+        record keeps no terms): GiGPO's invalid-action deduction, kept on this turn alone."""
+        return self.terms.get("format", 0.0)
+
+    @property
     def sample(self) -> slice:
         """The turn's context and reply in the trajectory's ids: its training sample when the
         context window is not full."""

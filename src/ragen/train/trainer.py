@@ -33,7 +33,7 @@ from ragen.algos import (
     select_groups,
     whiten,
 )
-from ragen.algos.gigpo import anchor_ids
+from ragen.algos.gigpo import anchor_ids, per_turn
 from ragen.config import ROW_BY_ROW, AlgoConfig, Config
 from ragen.host.memory import peak_rss, reset_peak_rss, trim_heap
 from ragen.monitor.metrics import credit_metrics, diversity_metrics, rollout_metrics
@@ -74,6 +74,7 @@ def batch_advantages(
     group_ids: torch.Tensor,
     turn_ids: torch.Tensor | None = None,
     anchor_ids: torch.Tensor | None = None,
+    turn_penalties: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns (B, T) of a whole kept batch by ``algo.estimator``, the
     advantages whitened over its sampled tokens when the algo whitens (as RAGEN's verl code
@@ -88,6 +89,7 @@ def batch_advantages(
         group_ids=group_ids,
         turn_ids=turn_ids,
         anchor_ids=anchor_ids,
+        turn_penalties=turn_penalties,
         coefs=Coefficients.of(algo),
     )
     if algo.whitens():
@@ -363,24 +365,26 @@ class Trainer:
             scores=episodes.scores.to(d),
             group_ids=episodes.group_ids.to(d),
             turn_ids=episodes.turn_ids.to(d),
-            anchor_ids=self.anchors(kept),
+            **self.turn_inputs(kept),
         )
         if samples is None:
             return advantages, returns
         return samples.to_samples(advantages), samples.to_samples(returns)
 
-    def anchors(self, kept: list[Trajectory]) -> torch.Tensor | None:
-        """(B, M) anchor ids of the kept episodes' turns for an estimator that reads them
-        (gigpo, or a module:function one, which may); None for ragen's others."""
+    def turn_inputs(self, kept: list[Trajectory]) -> dict[str, torch.Tensor]:
+        """The per-turn estimator inputs of the kept episodes, each (B, M), for an estimator
+        that reads them (gigpo, or a module:function one, which may); none for ragen's
+        others: ``anchor_ids`` and ``turn_penalties`` (each turn's format term)."""
         a = self.config.algo
         if a.estimator in ESTIMATORS and a.estimator != "gigpo":
-            return None
+            return {}
         ids = anchor_ids(
             [[turn.anchor_key for turn in t.turns] for t in kept],
             [t.group for t in kept],
             a.gigpo_similarity,
         )
-        return ids.to(self.device)
+        penalties = per_turn([[turn.penalty for turn in t.turns] for t in kept])
+        return {"anchor_ids": ids.to(self.device), "turn_penalties": penalties.to(self.device)}
 
     def credit_metrics(self, kept: list[Trajectory]) -> dict[str, float]:
         """gigpo: its anchor groups and the size of its two terms over the kept episodes
