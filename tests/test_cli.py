@@ -115,6 +115,18 @@ def test_eval_writes_summary_and_episodes(tiny, tmp_path, capsys):
         (g, c) for g in range(3) for c in range(2)
     ]
     assert {"env", "seed", "turns", "total_reward", "success", "end"} <= set(episodes[0])
+    # what it played by: the preset's settings, the override, the command's flags
+    played = config.load(str(out / "eval-config.yaml"))
+    assert (played.env.name, played.model.spec, played.rollout.max_reply_tokens) == (
+        "frozen-lake",
+        "tiny",
+        6,
+    )
+    t = played.trainer
+    assert (t.eval_episodes, t.eval_k, t.eval_split, played.rollout.backend) == (3, 2, "dev", "hf")
+    assert not (out / "config.yaml").exists()  # it trained nothing
+    machine = summary["machine"]  # where it ran: model.dtype=auto depends on the CPU
+    assert machine["model_dtype"] in ("float32", "bfloat16") and machine["cores"] >= 1
     # Its cost: every sampled token counted once, and the time of each rollout phase.
     cost = summary["cost"]
     assert cost["generated_tokens"] == sum(e["reply_tokens"] for e in episodes)

@@ -107,6 +107,7 @@ def test_a_write_failing_after_an_evaluation_leaves_nothing_partial(
         "then run `ragen eval` again"
     )
     assert not (out / "trajectories" / "eval.jsonl").exists()
+    assert not (out / "eval-config.yaml").exists()
     if old_summaries is None:
         assert not (out / "eval.jsonl").exists()
     else:

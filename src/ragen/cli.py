@@ -236,17 +236,24 @@ def _run_loop(trainer_class, cfg, run, *, resume: bool, create: bool = True) -> 
         return _train(trainer_class, cfg, run, resume=resume)
 
 
-def _record_machine(run, cfg, step: int) -> None:
-    """Append where this start of the run (at ``step``) runs to its machine.jsonl."""
+def _machine(cfg, step: int) -> dict:
+    """Where a start of ``cfg`` at ``step`` runs: its `machine_record`."""
     from ragen.models import resolve_dtype
-    from ragen.run.jsonl import append_jsonl
     from ragen.run.machine import machine_record
     from ragen.train.setup import resolve_device
 
     device = resolve_device(cfg.trainer.device)
     dtypes = resolve_dtype(cfg.model.dtype, device), resolve_dtype(cfg.trainer.update_dtype, device)
+    return machine_record(device, *dtypes, step)
+
+
+def _record_machine(run, cfg, step: int) -> None:
+    """Append where this start of the run (at ``step``) runs to its machine.jsonl."""
+    from ragen.run.jsonl import append_jsonl
+
+    record = _machine(cfg, step)
     with run.writing(run.machine):
-        append_jsonl(run.machine, [machine_record(device, *dtypes, step)])
+        append_jsonl(run.machine, [record])
 
 
 def _train(trainer_class, cfg, run, *, resume: bool) -> int:
@@ -362,7 +369,19 @@ def _eval_config(args: argparse.Namespace):
             raise UsageError(
                 f"{key} is what `ragen eval {EVAL_FLAGS[key]}` sets: pass {EVAL_FLAGS[key]}"
             )
-    overrides = [*args.overrides, f"env.name={json.dumps(args.env)}"]
+    # The flags' values as the settings they stand for: eval-config.yaml records them.
+    flags = {
+        "trainer.eval_episodes": args.n,
+        "trainer.eval_k": args.k,
+        "trainer.eval_split": args.split,
+        "trainer.eval_temperature": args.temperature,
+        "rollout.backend": args.backend or "hf",
+    }
+    overrides = [
+        *args.overrides,
+        f"env.name={json.dumps(args.env)}",
+        *(f"{key}={json.dumps(value)}" for key, value in flags.items()),
+    ]
     if args.model is not None:
         # A JSON string is a YAML string: --model 123 names a folder, never the number 123.
         overrides.append(f"model.spec={json.dumps(args.model)}")
@@ -418,16 +437,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         allow_download=cfg.model.allow_download,
         trust_remote_code=cfg.model.trust_remote_code,
     )
-    backend = args.backend or "hf"
-    generator = make_generator(backend, model, tokenizer, attention=cfg.model.attention)
-    request = EvalRequest(
-        env=args.env, n=args.n, k=args.k, temperature=args.temperature, split=args.split
-    )
+    generator = make_generator(cfg.rollout.backend, model, tokenizer, attention=cfg.model.attention)
+    request = EvalRequest.of(cfg.trainer, args.env)  # the flags' values (_eval_config)
     with hold(RunDir(out)):  # one writer: a second evaluation into out is refused
         check_eval_out(out)  # again, now that no other writer can start
         with threads.computing_with(cfg.trainer.threads):
             summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)
-        write_eval(out, summary, trajectories, model=cfg.model.spec)
+        machine = _machine(cfg, step=0)
+        write_eval(out, summary, trajectories, cfg.model.spec, cfg, machine)
     print(format_summary(args.env, summary))
     print(f"episodes written to {out / 'trajectories' / 'eval.jsonl'}")
     return EXIT_OK

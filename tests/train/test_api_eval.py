@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tests.rollout.chat_server import chat_server, completion, error
 
+from ragen import config
 from ragen.cli import main
 from ragen.viewer.app import create_app
 
@@ -54,6 +55,13 @@ def test_an_api_evaluation_is_a_normal_evaluation_folder(tmp_path, monkeypatch, 
         "completion_tokens": 9 * len(s.requests),
     }
     assert all(h["authorization"] == f"Bearer {KEY}" for h, _ in s.requests)
+    assert "machine" not in summary  # the model ran behind the server, not here
+    played = config.load(str(out / "eval-config.yaml"))  # the settings it played by
+    assert (played.rollout.demos, played.trainer.eval_episodes, played.env.name) == (
+        0,
+        3,
+        "sokoban",
+    )
     episodes = [json.loads(line) for line in (out / "trajectories" / "eval.jsonl").open()]
     assert sum(e["num_turns"] for e in episodes) == len(s.requests)  # no demonstrations
     assert summary["reply_tokens_mean"] == 9.0

@@ -13,6 +13,10 @@ Layout (read by `ragen report`, the viewer and the tests)::
     RUN_DIR/warm_start/            with sft.warm_start: the `ragen sft` stage RL started from,
                                    a run directory of its own, and its stage.json once it ended
 
+A folder `ragen eval --out` writes holds eval.jsonl (its summary), trajectories/eval.jsonl
+(its episodes) and eval-config.yaml: the resolved config it played by, its seeds, tries,
+temperature and split those of the command (not named config.yaml: it trained nothing).
+
 Every write is a whole line, flushed and fsynced before the call returns, so a run killed at
 any moment keeps every completed step; a reader skips the torn last line of a killed run.
 """
@@ -211,10 +215,10 @@ def check_metrics(run: RunDir) -> None:
         raise RunDirError(f"{run.root} is not a run directory with metrics (no metrics.jsonl)")
 
 
-def eval_files(out: Path) -> tuple[Path, Path]:
-    """(summary file, episode file) of a standalone evaluation in ``out``."""
+def eval_files(out: Path) -> tuple[Path, Path, Path]:
+    """(summary file, episode file, config file) of a standalone evaluation in ``out``."""
     run = RunDir(out)
-    return run.evals, run.trajectories / "eval.jsonl"
+    return run.evals, run.trajectories / "eval.jsonl", run.root / "eval-config.yaml"
 
 
 def check_eval_out(out: Path) -> None:
@@ -223,7 +227,7 @@ def check_eval_out(out: Path) -> None:
     is a training run's (its eval.jsonl is the run's own)."""
     run = RunDir(out)
     run.check_writable()
-    _, episodes = eval_files(out)
+    _, episodes, _ = eval_files(out)
     if episodes.exists():
         raise RunDirError(f"{episodes} already exists: choose another --out")
     if run.config.exists() or run.metrics.exists():

@@ -113,9 +113,7 @@ def run(args: argparse.Namespace, config: Config, client: ChatClient) -> int:
     import_envs(config)  # user code, imported only now that a run starts
     check_demonstrations(config, [args.env])
     import_reward_terms(config)
-    request = EvalRequest(
-        env=args.env, n=args.n, k=args.k, temperature=args.temperature, split=args.split
-    )
+    request = EvalRequest.of(config.trainer, args.env)  # the flags' values, see cli._eval_config
     try:
         summary, trajectories = evaluate_api(
             client, config, request, concurrency=args.concurrency, progress=True
@@ -123,7 +121,7 @@ def run(args: argparse.Namespace, config: Config, client: ChatClient) -> int:
     except ApiError as err:
         print(f"ragen: {err}", file=sys.stderr)
         return EXIT_FAIL
-    write_eval(out, summary, trajectories, model=client.model)
+    write_eval(out, summary, trajectories, model=client.model, config=config)
     print(format_summary(args.env, summary))
     print(f"episodes written to {out / 'trajectories' / 'eval.jsonl'}")
     return EXIT_OK

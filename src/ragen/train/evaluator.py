@@ -12,14 +12,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ragen import phases
-from ragen.config import Config, TrainerConfig, env_options
+from ragen.config import Config, TrainerConfig, env_options, to_yaml
 from ragen.host.memory import trim_heap
 from ragen.monitor.metrics import action_template
 from ragen.rollout.engines import CachedGenerator, Generator
 from ragen.rollout.engines.memory import kept_cache_episodes
 from ragen.rollout.loop import SPLIT_SEED_BASES, RolloutSpec, rollout
 from ragen.rollout.trajectory import END_REASONS, Trajectory
-from ragen.run.jsonl import append_jsonl, rewrite_jsonl
+from ragen.run.jsonl import append_jsonl, rewrite_jsonl, write_atomic
 from ragen.run.rundir import SEED_SUCCESSES, RunDir, eval_files
 from ragen.train import distributed
 
@@ -140,6 +140,12 @@ class EvalRequest:
     temperature: float = _TRAINER.eval_temperature
     split: str = _TRAINER.eval_split
 
+    @classmethod
+    def of(cls, trainer: TrainerConfig, env: str) -> EvalRequest:
+        """The evaluation of ``env`` a config's ``trainer.eval_*`` settings ask for."""
+        t = trainer
+        return cls(env, t.eval_episodes, t.eval_k, t.eval_temperature, t.eval_split)
+
 
 def eval_spec(config: Config, request: EvalRequest) -> RolloutSpec:
     """The rollout settings an evaluation plays by: the config's, at the request's
@@ -226,16 +232,28 @@ def _cost(spent: dict, counts: dict, spent_after: dict, counts_after: dict) -> d
     return cost
 
 
-def write_eval(out: Path, summary: dict, trajectories: list[Trajectory], model: str) -> None:
-    """Write every episode to trajectories/eval.jsonl and append the summary to eval.jsonl,
-    both or neither: a failed write (a disk filled since `check_eval_out` passed) leaves no
-    episode file and eval.jsonl as it was, and raises RunDirError saying what to do."""
-    summaries, episodes = eval_files(out)
+def write_eval(
+    out: Path,
+    summary: dict,
+    trajectories: list[Trajectory],
+    model: str,
+    config: Config,
+    machine: dict | None = None,
+) -> None:
+    """Write ``config`` (what the evaluation played by) to eval-config.yaml, every episode to
+    trajectories/eval.jsonl and append the summary, with ``model`` and where it ran
+    (``machine``, a `machine_record`; None over an API), to eval.jsonl, all or none: a failed
+    write (a disk filled since `check_eval_out` passed) leaves neither file and eval.jsonl as
+    it was, and raises RunDirError saying what to do."""
+    summaries, episodes, config_file = eval_files(out)
     with RunDir(out).writing(out, then="run `ragen eval` again"):
         episodes.parent.mkdir(parents=True, exist_ok=True)
-        rewrite_jsonl(episodes, [t.to_record() for t in trajectories])  # whole or not at all
         try:
-            append_jsonl(summaries, [{"model": model, **summary}])
+            write_atomic(config_file, to_yaml(config))
+            rewrite_jsonl(episodes, [t.to_record() for t in trajectories])  # whole or none
+            where = {} if machine is None else {"machine": machine}
+            append_jsonl(summaries, [{"model": model, **where, **summary}])
         except BaseException:
-            episodes.unlink()
+            episodes.unlink(missing_ok=True)
+            config_file.unlink(missing_ok=True)
             raise

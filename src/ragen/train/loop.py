@@ -224,13 +224,7 @@ class RunLoop:
         )
         policy = policy_digests(trainer.m.policy, trainer.m.tokenizer) if cacheable else None
         for env in self.config.env.eval_names or [self.config.env.name]:
-            request = EvalRequest(
-                env=env,
-                n=t.eval_episodes,
-                k=t.eval_k,
-                temperature=t.eval_temperature,
-                split=t.eval_split,
-            )
+            request = EvalRequest.of(t, env)
             summary = self.summarize(request, policy)
             if distributed.is_main():
                 with self.run.writing(self.run.evals):
