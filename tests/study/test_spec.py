@@ -191,6 +191,15 @@ def test_a_warm_starts_preset_file_is_read_from_the_study_files_folder(tmp_path,
         (("lower: b}", "lower: a}"), "expect compares 'a' with itself"),
         (("title: t\n", "title: t\nmetric: 'eval/x|y/success'\n"), "cannot head a table"),
         (("title: t\n", 'title: t\ncolumns: ["a\\nb"]\n'), "cannot head a table"),
+        (
+            ("title: t\n", "title: t\nmetric: eval/bandt/success\n"),
+            "no run at scale cpu logs 'eval/bandt/success': they evaluate bandit, bandit-rev, "
+            "bandit-test, logged as eval/ENV/FIGURE with FIGURE one of success, pass_at_k,",
+        ),
+        (
+            ("title: t\n", "title: t\ncolumns: [eval/bandit/sucess]\n"),
+            "no run at any scale logs 'eval/bandit/sucess'",
+        ),
         (("[algo.filter_ratio=1.0]", "[algo.filter_ratio=2]"), "run a at scale cpu: "),
         (("  cpu: {seeds: 2,", "  gpu: {seeds: 2,"), "scales must declare cpu"),
         (("seeds: 2", "seeds: 0"), "scales.cpu.seeds=0 is out of range"),
@@ -244,6 +253,24 @@ def test_the_command_refuses_unknown_studies_and_bad_overrides(tmp_path, capsys)
     )
     assert out[-1] == "2 runs of mine at scale cpu in runs/study-mine-cpu"
     assert not Path("runs/study-mine-cpu").exists()  # --plan runs and writes nothing
+
+
+def test_an_evaluation_metric_must_be_one_some_run_logs(tmp_path, capsys):
+    # a column that one scale's runs log is kept (its cells at the other scale read "—")
+    paper_only = (
+        "scale_overrides: {paper: [algo.kl_coef=0.001, 'env.eval_names=[bandit, sokoban]']}"
+    )
+    text = BASE.replace("scale_overrides: {paper: [algo.kl_coef=0.001]}", paper_only)
+    text = text.replace("title: t\n", "title: t\nmetric: eval/bandit/success\n")
+    path = _write(tmp_path, text.replace("runs:", "columns: [eval/sokoban/success]\nruns:"))
+    assert spec.load_study(path).columns == ["eval/sokoban/success"]
+    # the study's metric must be logged at the scale it runs, its overrides included
+    assert main(["study", path, "--plan", "env.eval_names=[bandit-rev]"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "ragen: study: no run at scale cpu with these overrides logs 'eval/bandit/success': "
+        "they evaluate bandit-rev,"
+    )
+    assert main(["study", path, "--plan", "env.eval_names=[bandit, bandit-rev]"]) == 0
 
 
 @pytest.mark.parametrize("name", ["x" * 5000, "bad\0name", "dir/" + "x" * 5000 + ".yaml"])

@@ -22,6 +22,7 @@ from ragen.study.spec import (
     MAX_SEEDS,
     SCALES,
     SFT,
+    check_logged,
     check_planned,
     load_study,
     plan,
@@ -95,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"study-{key}-{args.scale}"
     planned = plan(study, args.scale, seeds, out, tuple(args.overrides))
     if args.overrides:
-        check_planned(planned, args.scale)  # the study's own were judged as it loaded
+        # the study's own were judged as it loaded
+        evaluated = check_planned(planned, args.scale)
+        check_logged(study.metric, evaluated, f"at scale {args.scale} with these overrides")
     if args.status:
         from ragen.study.status import show_status  # the table's modules load only here
 

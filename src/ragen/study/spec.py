@@ -45,6 +45,7 @@ from ragen import config
 from ragen.config import ConfigError, to_dict
 from ragen.config.schema import opt
 from ragen.run.rundir import RunDir
+from ragen.train.evaluator import HEADLINE
 from ragen.train.preflight import check_references
 
 STUDY_SUFFIX = ".yaml"
@@ -60,6 +61,7 @@ RESERVED_NAMES = frozenset({"report", WARM_START, EVAL_BEFORE})
 TRAIN, SFT = "train", "sft"
 """The commands a study runs: its runs, and their warm start."""
 _RUN_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_EVAL_METRIC = re.compile(r"eval/(.+)/([^/]+)")  # what a training run's evaluation logs
 MAX_SEEDS = 100
 
 
@@ -285,11 +287,16 @@ def check_study(study: Study) -> None:
             raise ConfigError(f"scale {name}: drop trainer.seed, the study sets the seeds")
     _check_scale_presets(study)
     _check_warm_starts(study)
+    evaluated: set[str] = set()
     for scale in study.scales:
         planned = plan(study, scale, 1, Path("."))
         if not planned:
             raise ConfigError(f"no run is at scale {scale}: drop the scale or add runs to it")
-        check_planned(planned, scale)
+        at_scale = check_planned(planned, scale)
+        check_logged(study.metric, at_scale, f"at scale {scale}")
+        evaluated |= at_scale
+    for column in study.columns:  # a column may hold runs of one scale alone
+        check_logged(column, evaluated, "at any scale")
 
 
 def _check_run(run: StudyRun, seen: set[str], scales: dict[str, StudyScale]) -> None:
@@ -401,15 +408,34 @@ def flat_settings(tree: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def check_planned(planned: list[PlannedRun], scale: str) -> None:
-    """Every planned run's config passes the strict config, as `ragen train` will take it."""
+def check_planned(planned: list[PlannedRun], scale: str) -> set[str]:
+    """Every planned run's config passes the strict config, as `ragen train` will take it.
+    Returns the envs the training runs evaluate (their ``eval/ENV/…`` metrics)."""
+    evaluated: set[str] = set()
     for run in planned:
         try:
-            check_references(config.load(run.preset, list(run.overrides)))
+            settings = check_references(config.load(run.preset, list(run.overrides)))
         except ConfigError as err:
             raise ConfigError(
                 f"study: run {run.name} at scale {scale}: {str(err).removeprefix('config: ')}"
             ) from None
+        if run.command == TRAIN:
+            evaluated.update(settings.env.eval_names or [settings.env.name])
+    return evaluated
+
+
+def check_logged(metric: str, evaluated: set[str], where: str) -> None:
+    """Refuse an evaluation metric (``eval/ENV/FIGURE``) that no run logs, the runs
+    evaluating the envs ``evaluated`` (``where``: which runs, e.g. "at scale cpu"): a
+    misspelt one would leave its cells empty. Other metric names are open (reward terms, a
+    user env's metrics) and not judged."""
+    match = _EVAL_METRIC.fullmatch(metric)
+    if match and (match[1] not in evaluated or match[2] not in HEADLINE):
+        raise ConfigError(
+            f"study: no run {where} logs {metric!r}: they evaluate "
+            f"{', '.join(sorted(evaluated))}, logged as eval/ENV/FIGURE with FIGURE one of "
+            f"{', '.join(HEADLINE)}"
+        )
 
 
 def _is_path(preset: str) -> bool:
