@@ -144,6 +144,32 @@ def test_a_spell_a_rollback_did_not_lift_rolls_back_again_then_stops(tmp_path):
     assert stops == [3, 5]
 
 
+def test_a_run_the_monitor_stops_ends_with_an_evaluation_of_its_last_weights(tmp_path):
+    loop, run = _new_loop(
+        tmp_path,
+        "trainer.steps=20",
+        "trainer.eval_every=10",
+        "trainer.eval_episodes=2",
+        "monitor.action=stop",
+        "monitor.act_on=early_stop",
+        "monitor.variance_collapse_steps=2",
+        "monitor.variance_baseline_steps=2",
+    )
+    for step in range(3):
+        loop.watch(step, _spell(step))  # the baseline, then a first low step
+    with loop._logger() as log:
+        loop.run_step(3, log)  # the tiny model's groups all tie: std 0, the second low step
+    assert loop.state.stopped_at == 3  # step 3 is no evaluation step (eval_every=10)
+    envs = loop.config.env.eval_names
+    evaluated = read_jsonl(run.evals).records
+    assert [r["step"] for r in evaluated] == [3] * len(envs)
+    (record,) = read_jsonl(run.metrics).records  # the step's line holds the figures
+    assert [record[f"eval/{env}/success"] for env in envs] == [r["success"] for r in evaluated]
+    state = json.loads((run.checkpoint(4) / checkpoint.STATE_FILE).read_text())
+    assert state["stopped"] == [3, "monitor.action=stop"]
+    assert state["eval_success"] == sum(r["success"] for r in evaluated) / len(envs)
+
+
 def test_an_alert_on_the_last_step_is_logged_and_not_acted_on(tmp_path, capsys):
     loop, _ = _spell_loop(tmp_path)
     for step in range(3):

@@ -18,8 +18,9 @@ difference is the wider of two readings: the two means' errors as if independent
 where both sides have the same seeds, the spread of the per-seed differences. A seed's runs
 share its warm start and levels, and a run's start and end are one run, so the sides move
 together (the first reading is then the wider) or against each other (regression to the
-mean: the second is). A comparison one of whose seeds logged no value (a run stopped before
-its final evaluation) is not measured: the mean of the others would drop that seed unseen.
+mean: the second is). A comparison one of whose seeds logged no value (a run killed before
+its final evaluation, read as it stands) is not measured: the mean of the others would drop
+that seed unseen.
 """
 
 from __future__ import annotations

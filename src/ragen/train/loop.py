@@ -161,10 +161,21 @@ class RunLoop:
         if self.trainer.watched:
             metrics.update(self.maybe_measure_templates(step, episodes))
         metrics.update(self.maybe_evaluate(step, last))
-        self.record(step, log, metrics, episodes)
         self.watch(step, metrics, last)
+        metrics.update(self.evaluate_stopped(step, last))
+        self.record(step, log, metrics, episodes)
         self.maybe_checkpoint(step, last)
         return metrics
+
+    def evaluate_stopped(self, step: int, last: bool) -> dict[str, float]:
+        """The evaluation of a run the monitor stopped at ``step`` (not its ``last``, which
+        evaluates anyway) where this step did not evaluate: the run ends measured, as one that
+        ran its course does. Its figures join the step's metrics, which the detector judged
+        without them."""
+        stopped = self.state.stopped_at == step and not last
+        if not stopped or self.trainer.evaluates(step, last):
+            return {}
+        return self.maybe_evaluate(step, last=True)
 
     def thread_follower(self) -> threads.Follower:
         """What sets torch's threads before each step (``threads.Follower``); a backend
