@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.small import NO_TENSORBOARD, TINY_RL
 
 from ragen import config, models
 from ragen.cli import build_parser, main
@@ -90,6 +91,38 @@ def test_model_prepare_says_ready(capsys, embedded):
 def test_bad_model_spec_exits_2(capsys):
     assert main(["model", "chat", "gpt-5", "hello"]) == 2
     assert "unknown model spec 'gpt-5'" in capsys.readouterr().err
+
+
+def test_eval_of_a_checkpoint_plays_by_the_settings_of_its_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    eval_8x8 = [
+        "env.eval_names=[frozen-lake, frozen-lake-8x8]",
+        "env.eval_options.frozen-lake-8x8.spaced=false",
+    ]
+    settings = ["env.options.edges=false", *eval_8x8]
+    steps = ["sft.warm_start=false", "trainer.steps=1", "trainer.save_every=1", NO_TENSORBOARD]
+    assert main(["train", "frozen-lake", "--out", str(run), *TINY_RL, *steps, *settings]) == 0
+    step = run / "checkpoints" / "step_000001"
+    for env, options in (
+        ("frozen-lake", {"random_ends": True, "spaced": True, "offsets": True, "edges": False}),
+        ("frozen-lake-8x8", {"spaced": False}),  # as the run would evaluate it
+    ):
+        out = tmp_path / f"eval-{env}"
+        args = ["eval", "--env", env, "--model", str(step), "--n", "2", "--out", str(out)]
+        assert main([*args, "rollout.max_turns=3"]) == 0
+        assert f"settings: {run / 'config.yaml'} (the run of the checkpoint" in (
+            capsys.readouterr().out
+        )
+        played = config.load(str(out / "eval-config.yaml"))
+        assert played.env.options == options and played.model.spec == str(step)
+        # the run's settings (its reply length), the command's override on top
+        assert (played.rollout.max_reply_tokens, played.rollout.max_turns) == (6, 3)
+    # --preset chooses other settings: the preset's reply length
+    out = tmp_path / "eval-preset"
+    args = ["eval", "--env", "frozen-lake", "--model", str(step), "--n", "2", "--out", str(out)]
+    assert main([*args, "--preset", "frozen-lake", "rollout.max_reply_tokens=7"]) == 0
+    assert "settings:" not in capsys.readouterr().out
+    assert config.load(str(out / "eval-config.yaml")).env.options["edges"] is True
 
 
 def test_envs_and_play(capsys):

@@ -351,13 +351,28 @@ EVAL_FLAGS = {
 """The settings `ragen eval` takes from its own flags: an override of one would be ignored."""
 
 
+def _checkpoint_run(model: str | None):
+    """The config.yaml of the run whose checkpoint ``model`` names (RUN/checkpoints/step_N),
+    or None: a checkpoint is evaluated under the settings it was trained with."""
+    from pathlib import Path
+
+    from ragen.config.loading import file_exists
+
+    if model is None:
+        return None
+    folder = Path(model).expanduser()
+    settings = folder.parent.parent / "config.yaml"
+    return settings if folder.parent.name == "checkpoints" and file_exists(settings) else None
+
+
 def _eval_config(args: argparse.Namespace):
     import json
 
     from ragen import config
     from ragen.train.preflight import check_references
 
-    preset = _env_preset(args.env, args.preset)
+    trained_by = _checkpoint_run(args.model) if args.preset is None else None
+    preset = str(trained_by) if trained_by else _env_preset(args.env, args.preset)
     if args.n * args.k > config.MAX_EVAL_EPISODES:
         raise UsageError(
             f"--n {args.n} seeds x --k {args.k} tries is {args.n * args.k:,} episodes, more than "
@@ -382,6 +397,10 @@ def _eval_config(args: argparse.Namespace):
         f"env.name={json.dumps(args.env)}",
         *(f"{key}={json.dumps(value)}" for key, value in flags.items()),
     ]
+    if trained_by is not None:  # the env's options as the run evaluated it, then the user's
+        options = config.env_options(config.load(str(trained_by)), args.env)
+        overrides[:0] = [f"env.options={json.dumps(options)}", "env.eval_options={}"]
+        print(f"settings: {trained_by} (the run of the checkpoint; --preset for others)")
     if args.model is not None:
         # A JSON string is a YAML string: --model 123 names a folder, never the number 123.
         overrides.append(f"model.spec={json.dumps(args.model)}")
@@ -584,8 +603,8 @@ def _add_eval_command(commands) -> None:
     )
     p.add_argument(
         "--preset",
-        help="preset for the rollout settings (default: the env's; the config defaults "
-        "for an env without one)",
+        help="preset for the rollout settings (default: the config.yaml of the run a --model "
+        "checkpoint belongs to, else the env's; the config defaults for an env without one)",
     )
     p.add_argument("--out", help="output folder (default: runs/eval-ENV-TIME)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rollout.max_turns=3")
