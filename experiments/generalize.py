@@ -168,7 +168,7 @@ def measure(label: str, spec: str, envs: list[str], args: argparse.Namespace) ->
         request = EvalRequest(env=env, n=args.n, temperature=args.temperature)
         with threads.computing_with(cfg.trainer.threads):
             summary, trajectories = evaluate(generator, tokenizer, cfg, request, progress=True)
-        write_eval(folder, summary, trajectories, model=spec)
+        write_eval(folder, summary, trajectories, spec, request.in_config(cfg))
         saved = {"fingerprint": fingerprint, "summary": summary}
         write_atomic(folder / RESULT_FILE, json.dumps(saved, indent=2) + "\n")
         print(format_summary(env, summary))

@@ -90,7 +90,7 @@ def evaluate_all(
         summary, trajectories = evaluate(
             trainer.generator, trainer.m.tokenizer, trainer.config, request, progress=True
         )
-        write_eval(out, summary, trajectories, model=out.name)
+        write_eval(out, summary, trajectories, out.name, request.in_config(trainer.config))
         print(format_summary(env, summary))
         summaries[env] = summary
     return summaries

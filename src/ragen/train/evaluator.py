@@ -6,13 +6,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
 from ragen import phases
 from ragen.config import Config, TrainerConfig, env_options, to_yaml
+from ragen.config.schema import EvalSplit
 from ragen.host.memory import trim_heap
 from ragen.monitor.metrics import action_template
 from ragen.rollout.engines import CachedGenerator, Generator
@@ -138,13 +139,25 @@ class EvalRequest:
     n: int = _TRAINER.eval_episodes
     k: int = _TRAINER.eval_k
     temperature: float = _TRAINER.eval_temperature
-    split: str = _TRAINER.eval_split
+    split: EvalSplit = _TRAINER.eval_split
 
     @classmethod
     def of(cls, trainer: TrainerConfig, env: str) -> EvalRequest:
         """The evaluation of ``env`` a config's ``trainer.eval_*`` settings ask for."""
         t = trainer
         return cls(env, t.eval_episodes, t.eval_k, t.eval_temperature, t.eval_split)
+
+    def in_config(self, config: Config) -> Config:
+        """``config`` with this request as its ``trainer.eval_*`` settings (the inverse of
+        :meth:`of`): what an evaluation folder records it played by."""
+        trainer = replace(
+            config.trainer,
+            eval_episodes=self.n,
+            eval_k=self.k,
+            eval_temperature=self.temperature,
+            eval_split=self.split,
+        )
+        return replace(config, trainer=trainer)
 
 
 def eval_spec(config: Config, request: EvalRequest) -> RolloutSpec:
