@@ -117,7 +117,7 @@ def test_eval_of_a_checkpoint_plays_by_the_settings_of_its_run(tmp_path, capsys)
         assert played.env.options == options and played.model.spec == str(step)
         # the run's settings (its reply length), the command's override on top
         assert (played.rollout.max_reply_tokens, played.rollout.max_turns) == (6, 3)
-    # --preset chooses other settings: the preset's reply length
+    # --preset chooses other settings: the preset's env options (edges on)
     out = tmp_path / "eval-preset"
     args = ["eval", "--env", "frozen-lake", "--model", str(step), "--n", "2", "--out", str(out)]
     assert main([*args, "--preset", "frozen-lake", "rollout.max_reply_tokens=7"]) == 0
