@@ -35,3 +35,14 @@ def test_resolve_refuses_unknown_specs(spec, needle):
 def test_folder_without_config_json_is_refused(tmp_path):
     with pytest.raises(models.ModelError, match=r"config\.json"):
         models.resolve(str(tmp_path))
+
+
+def test_a_run_directory_given_as_a_model_names_its_newest_checkpoint(tmp_path):
+    for step in ("step_000002", "step_000010"):
+        (tmp_path / "checkpoints" / step).mkdir(parents=True)
+    with pytest.raises(models.ModelError) as err:
+        models.resolve(str(tmp_path))
+    newest = tmp_path / "checkpoints" / "step_000010"
+    assert str(err.value).endswith(
+        f"it is a run directory: name one of its checkpoints, such as {newest}"
+    )

@@ -62,10 +62,7 @@ def resolve(spec: str) -> ModelSource:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelError(
-                f"model folder {path} has no config.json: point model.spec at a Hugging Face "
-                "model folder (the one holding config.json and the weights)"
-            )
+            raise ModelError(f"model folder {path} has no config.json: {_model_folder_hint(path)}")
         return ModelSource(str(path), "local", path)
     if _HUB_ID.match(name) and not name.startswith((".", "/", "~")):
         return ModelSource(name, "hub")
@@ -73,6 +70,20 @@ def resolve(spec: str) -> ModelSource:
     raise ModelError(
         f"unknown model spec {spec!r}: use one of {known}, a local Hugging Face model folder, "
         "or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct (with model.allow_download=true)"
+    )
+
+
+def _model_folder_hint(path: Path) -> str:
+    """What to name instead of ``path``: one of its checkpoints when it is a run directory."""
+    steps = sorted(p.name for p in (path / "checkpoints").glob("step_*") if p.is_dir())
+    if steps:
+        return (
+            f"it is a run directory: name one of its checkpoints, such as "
+            f"{path / 'checkpoints' / steps[-1]}"
+        )
+    return (
+        "point model.spec at a Hugging Face model folder (the one holding config.json and "
+        "the weights)"
     )
 
 
