@@ -173,21 +173,6 @@ def test_without_turn_penalties_the_penalty_counts_as_reward():
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
 
 
-def test_turn_penalties_of_the_wrong_shape_are_refused():
-    batch = collate(PENALISED, pad_id=0, placement="per_turn")
-    with pytest.raises(ValueError, match=r"turn_penalties \(2, 2\) must hold one value per turn"):
-        adv.estimate(
-            "gigpo",
-            rewards=batch.rewards,
-            mask=batch.loss_mask,
-            scores=batch.scores,
-            group_ids=batch.group_ids,
-            anchor_ids=torch.zeros(2, 3, dtype=torch.long),
-            turn_penalties=torch.zeros(2, 2),
-            coefs=adv.Coefficients.of(AlgoConfig()),
-        )
-
-
 def test_credit_metrics_of_the_worked_example():
     # anchors s0 {A, B} and s1 {A, B} pair 4 of the 5 turns; s2 holds B's alone: 3 groups.
     # |A_E|: 0.6 on A's 2 turns, 0.4 on B's 3; |A_S|: 0.475 twice (s0), 0.5 twice (s1), 0
@@ -255,9 +240,22 @@ def test_turns_counted_from_the_mask_match_the_collated_turn_ids():
     assert batch.turn_ids[1].tolist() == [-1, -1, 0, 0, 0, -1, -1, 1, 1, 1, -1, -1, 2, 2, 2]
 
 
-def test_gigpo_without_anchor_ids_names_what_it_needs():
-    batch = collate(WORKED, pad_id=0, placement="per_turn")
-    with pytest.raises(ValueError, match="needs anchor_ids"):
+@pytest.mark.parametrize(
+    ("per_turn_inputs", "message"),
+    [
+        ({}, "needs anchor_ids"),  # the anchors are required, the penalties are not
+        (
+            {
+                "anchor_ids": torch.zeros(2, 3, dtype=torch.long),
+                "turn_penalties": torch.zeros(2, 2),
+            },
+            r"turn_penalties \(2, 2\) must hold one value per turn",
+        ),
+    ],
+)
+def test_gigpo_refuses_missing_or_short_per_turn_inputs(per_turn_inputs, message):
+    batch = collate(PENALISED, pad_id=0, placement="per_turn")  # 3 turns at most
+    with pytest.raises(ValueError, match=message):
         adv.estimate(
             "gigpo",
             rewards=batch.rewards,
@@ -265,6 +263,7 @@ def test_gigpo_without_anchor_ids_names_what_it_needs():
             scores=batch.scores,
             group_ids=batch.group_ids,
             coefs=adv.Coefficients.of(AlgoConfig()),
+            **per_turn_inputs,
         )
 
 
