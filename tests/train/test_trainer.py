@@ -23,6 +23,7 @@ from ragen.run.rundir import RunDir, create_run_dir
 from ragen.train import checkpoint
 from ragen.train.loop import RunLoop
 from ragen.train.scoring import policy_logprobs
+from ragen.train.state import RunState
 from ragen.train.trainer import Trainer, step_env_seeds
 from ragen.train.update import UpdateData, UpdateSettings, ppo_update
 
@@ -232,6 +233,26 @@ def test_gigpo_gives_each_turn_the_credit_of_its_anchor_group():
     logged = trainer.credit_metrics(kept)
     assert logged[names.GIGPO_ANCHORED_SHARE] == pytest.approx(paired)
     assert logged[names.GIGPO_TURNS_PER_ANCHOR] == pytest.approx(len(turns) / len(set(turns)))
+
+
+def test_a_gigpo_step_groups_its_anchors_once(monkeypatch):
+    # the estimator and the gigpo/* metrics read the same anchor ids: one grouping a step
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return anchor_ids(*args, **kwargs)
+
+    monkeypatch.setattr("ragen.train.trainer.anchor_ids", counted)
+    monkeypatch.setattr("ragen.algos.gigpo.anchor_ids", counted)
+    overrides = ("algo.estimator=gigpo", "rollout.reward_placement=per_turn", "algo.filter_ratio=1")
+    trainer = Trainer(_config(*overrides, "trainer.steps=1"))
+    metrics, played = trainer.step(0, RunState())
+    assert len(calls) == 1 and metrics["actor/optimizer_steps"] > 0
+    # the same figures as the metrics built on their own
+    kept, _ = trainer.filter(played)
+    logged = {k: v for k, v in metrics.items() if k.startswith("gigpo/")}
+    assert logged and logged == pytest.approx(trainer.credit_metrics(kept))
 
 
 def test_lora_trains_only_adapters_and_saves_a_merged_model(tmp_path):

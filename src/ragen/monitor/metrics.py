@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 
 import torch
@@ -227,27 +227,34 @@ def credit_metrics(
     step_weight: float,
     norm_by_std: bool,
     similarity: float | None = None,
+    turn_inputs: Mapping[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """GiGPO's anchor groups and the size of its two terms over ``trajectories`` (the
     ``gigpo/…`` metrics of `ragen.algos.gigpo.term_metrics`): whether the per-turn credit
     had turns to compare. Arguments as ``algo.gigpo_gamma``, ``gigpo_step_weight``,
-    ``gigpo_mode == "mean_std_norm"`` and ``gigpo_similarity``."""
+    ``gigpo_mode == "mean_std_norm"`` and ``gigpo_similarity``; ``turn_inputs``: the
+    trajectories' ``anchor_ids`` and ``turn_penalties``, (B, M) each, when the trainer has
+    built them for the estimator (``Trainer.turn_inputs``), else built here."""
     if not any(t.turns for t in trajectories):
         return {}
     rewards = gigpo.per_turn([[u.reward for u in t.turns] for t in trajectories])
     width = rewards.shape[1]
     valid = torch.tensor([[n < len(t.turns) for n in range(width)] for t in trajectories])
     groups = [t.group for t in trajectories]
+    if turn_inputs is None:
+        anchors = [[u.anchor_key for u in t.turns] for t in trajectories]
+        turn_inputs = {
+            "anchor_ids": gigpo.anchor_ids(anchors, groups, similarity),
+            "turn_penalties": gigpo.per_turn([[u.penalty for u in t.turns] for t in trajectories]),
+        }
     found = gigpo.terms(
         torch.tensor([t.total_reward for t in trajectories], dtype=torch.float64),
         rewards,
         valid,
-        gigpo.anchor_ids(
-            [[u.anchor_key for u in t.turns] for t in trajectories], groups, similarity
-        ),
+        turn_inputs["anchor_ids"].cpu(),
         torch.tensor(groups),
         gamma,
         norm_by_std,
-        turn_penalties=gigpo.per_turn([[u.penalty for u in t.turns] for t in trajectories]),
+        turn_penalties=turn_inputs["turn_penalties"].cpu(),
     )
     return gigpo.term_metrics(found, step_weight)

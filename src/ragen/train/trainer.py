@@ -186,7 +186,8 @@ class Trainer:
         metrics.update(diversity_metrics(trajectories))
         kept, filter_metrics = self.filter(trajectories, state.rollbacks)
         metrics.update(filter_metrics)
-        metrics.update(self.credit_metrics(kept))
+        inputs = self.turn_inputs(kept)  # built once: the gigpo metrics and the estimator
+        metrics.update(self.credit_metrics(kept, inputs))
         started = time.perf_counter()
         if kept:
             state.empty_steps = 0
@@ -194,7 +195,7 @@ class Trainer:
             say(f"[step {step}] no kept episode reached its first reply: no update this step")
             metrics.update({"actor/optimizer_steps": 0.0, "time/update_s": 0.0})
         elif kept:
-            data, weight_metrics = self.weigh(self.prepare(kept), kept)
+            data, weight_metrics = self.weigh(self.prepare(kept, turn_inputs=inputs), kept)
             metrics.update(weight_metrics)
             metrics.update(self.analyse_gradients(data, kept, step))
             metrics.update(self.update(data, step, state.rollbacks))
@@ -294,10 +295,16 @@ class Trainer:
             state.stop(step, f"algo.filter_empty_stop_steps={limit}")
         return {"actor/optimizer_steps": 0.0, "time/update_s": 0.0}
 
-    def prepare(self, kept: list[Trajectory], estimate: bool = False) -> UpdateData:
+    def prepare(
+        self,
+        kept: list[Trajectory],
+        estimate: bool = False,
+        turn_inputs: dict[str, torch.Tensor] | None = None,
+    ) -> UpdateData:
         """Collate, score (old log-probs in the update's dtype, reference, values), and
         compute advantages: of the whole batch, on every rank (batch statistics are global).
         ``estimate``: the advantages even where the update would estimate them itself.
+        ``turn_inputs``: ``turn_inputs(kept)`` when the caller has built it already.
 
         With a context window other than full the update's rows are the turn samples
         (rollout/samples.py): they are scored, and their values placed back on the
@@ -329,7 +336,9 @@ class Trainer:
                 rollout_logprobs=batch.logprobs.to(self.device),
             )
         with phases.timed(phases.ADVANTAGES):
-            advantages, returns = self.advantages(kept, episodes, samples, scored["values"])
+            if turn_inputs is None:
+                turn_inputs = self.turn_inputs(kept)
+            advantages, returns = self.advantages(episodes, samples, scored["values"], turn_inputs)
         return UpdateData(
             input_ids=ids,
             attention_mask=mask,
@@ -345,15 +354,16 @@ class Trainer:
 
     def advantages(
         self,
-        kept: list[Trajectory],
         episodes: Batch,
         samples: TurnSamples | None,
         values: torch.Tensor | None,
+        turn_inputs: dict[str, torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Advantages and returns of the update's rows, estimated on the ``episodes``' rows
-        (``batch_advantages``). With turn ``samples`` (the rows when the context window is
-        not full), their ``values`` are placed on the episodes' rows first, and the results
-        cut back into the samples: (R, W), else (B, T) as ``values``."""
+        (``batch_advantages``, with the kept episodes' ``turn_inputs``). With turn
+        ``samples`` (the rows when the context window is not full), their ``values`` are
+        placed on the episodes' rows first, and the results cut back into the samples:
+        (R, W), else (B, T) as ``values``."""
         d = self.device
         if samples is not None and values is not None:
             values = samples.to_episodes(values, episodes.input_ids.shape)
@@ -365,7 +375,7 @@ class Trainer:
             scores=episodes.scores.to(d),
             group_ids=episodes.group_ids.to(d),
             turn_ids=episodes.turn_ids.to(d),
-            **self.turn_inputs(kept),
+            **turn_inputs,
         )
         if samples is None:
             return advantages, returns
@@ -386,9 +396,12 @@ class Trainer:
         penalties = per_turn([[turn.penalty for turn in t.turns] for t in kept])
         return {"anchor_ids": ids.to(self.device), "turn_penalties": penalties.to(self.device)}
 
-    def credit_metrics(self, kept: list[Trajectory]) -> dict[str, float]:
+    def credit_metrics(
+        self, kept: list[Trajectory], turn_inputs: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, float]:
         """gigpo: its anchor groups and the size of its two terms over the kept episodes
-        (``monitor.metrics.credit_metrics``); nothing for the other estimators."""
+        (``monitor.metrics.credit_metrics``, from ``turn_inputs(kept)`` when given); nothing
+        for the other estimators."""
         a = self.config.algo
         if a.estimator != "gigpo":
             return {}
@@ -398,6 +411,7 @@ class Trainer:
             step_weight=a.gigpo_step_weight,
             norm_by_std=a.gigpo_mode == "mean_std_norm",
             similarity=a.gigpo_similarity,
+            turn_inputs=turn_inputs,
         )
 
     def critic_first(self, kept: int) -> bool:
