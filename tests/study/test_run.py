@@ -334,37 +334,45 @@ def test_the_runs_of_a_warm_started_study_start_from_its_last_checkpoint(tmp_pat
     assert len(calls) == 2
 
 
-def test_the_time_left_is_the_pace_of_the_done_runs_of_each_command(tmp_path):
+def test_the_time_left_is_the_pace_of_the_done_runs_of_each_name(tmp_path):
     path = tmp_path / "warm.yaml"
     path.write_text(TWO_RUNS)
-    planned = spec.plan(spec.load_study(str(path)), "cpu", 2, tmp_path / "out")
+    planned = spec.plan(spec.load_study(str(path)), "cpu", 3, tmp_path / "out")
     state = runner.StudyState(tmp_path, "warm", "cpu")
     assert runner.time_left(planned, state) is None  # nothing done: no pace yet
-    warm0, a0, b0 = planned[:3]
+    warm0, a0, b0, _, a1, b1, *_ = planned  # per seed: its warm start, then a and b
     state.mark(warm0, "done", minutes=4.0)
     assert runner.time_left(planned, state) is None  # no run of `ragen train` done yet
     state.mark(a0, "done", minutes=30.0)
-    state.mark(b0, "done", minutes=20.0)
     here, elsewhere = this_cpu(), {"cpu": "another CPU", "cpu_capability": "AVX512"}
-    left = runner.time_left(planned, state, here)  # seed 1: a warm start, two runs
-    assert left == runner.TimeLeft(4.0 + 2 * 25.0, here=False)  # no run says where it ran
+    # b has none done: paced by its command's runs (a0); no run says where it ran
+    left = runner.time_left(planned, state, here)
+    assert left == runner.TimeLeft(2 * 4.0 + 5 * 30.0, here=False)
     assert left.line() == (
-        "about 0.9 h left at the pace of the runs done (some elsewhere: this machine may differ)"
+        "about 2.6 h left at the pace of the runs done (some elsewhere: this machine may differ)"
     )
-    for run, cpu in ((warm0, here), (a0, here), (b0, elsewhere)):
+    state.mark(b0, "done", minutes=20.0)
+    for run in (warm0, a0, b0):
         RunDir(run.root).machine.parent.mkdir(parents=True)
-        append_jsonl(RunDir(run.root).machine, [{"step": 0, "device": "cpu", **cpu}])
-    left = runner.time_left(planned, state, here)  # the runs done here pace it alone
-    assert left == runner.TimeLeft(4.0 + 2 * 30.0, here=True)
-    assert left.line() == "about 1.1 h left at the pace of the runs done on this machine"
-    resumed_elsewhere = {"step": 3, "device": "cpu", **elsewhere}
-    append_jsonl(RunDir(a0.root).machine, [resumed_elsewhere])  # a0 went on on another machine
-    assert runner.time_left(planned, state, here) == runner.TimeLeft(4.0 + 2 * 25.0, False)
+        append_jsonl(RunDir(run.root).machine, [{"step": 0, "device": "cpu", **here}])
+    left = runner.time_left(planned, state, here)  # each name paced by its own: a 30, b 20
+    assert left == runner.TimeLeft(2 * 4.0 + 2 * 30.0 + 2 * 20.0, here=True)
+    assert left.line() == "about 1.8 h left at the pace of the runs done on this machine"
+    # a1 done on another machine: the runs of a done here pace a2 alone
+    state.mark(a1, "done", minutes=50.0)
+    RunDir(a1.root).machine.parent.mkdir(parents=True)
+    append_jsonl(RunDir(a1.root).machine, [{"step": 0, "device": "cpu", **elsewhere}])
+    assert runner.time_left(planned, state, here) == runner.TimeLeft(
+        2 * 4.0 + 30.0 + 2 * 20.0, True
+    )
+    # a0 went on on another machine: no run of a ran here alone, so both pace a2
+    append_jsonl(RunDir(a0.root).machine, [{"step": 3, "device": "cpu", **elsewhere}])
+    assert runner.time_left(planned, state, here) == runner.TimeLeft(8.0 + 40.0 + 40.0, False)
     # a run under way has spent some of its share, up to the mean
-    state.mark(planned[4], "running", minutes=10.0)
-    assert runner.time_left(planned, state, here) == runner.TimeLeft(4.0 + 2 * 25.0 - 10, False)
-    state.mark(planned[4], "running", minutes=99.0)
-    assert runner.time_left(planned, state, here) == runner.TimeLeft(4.0 + 25.0, False)
+    state.mark(b1, "running", minutes=10.0)
+    assert runner.time_left(planned, state, here) == runner.TimeLeft(8.0 + 40.0 + 30.0, False)
+    state.mark(b1, "running", minutes=99.0)
+    assert runner.time_left(planned, state, here) == runner.TimeLeft(8.0 + 40.0 + 20.0, False)
 
 
 def test_a_study_launches_its_runs_without_importing_the_working_directory(tmp_path, monkeypatch):

@@ -346,24 +346,27 @@ def time_left(
     planned: list[PlannedRun], state: StudyState, cpu: dict | None = None
 ) -> TimeLeft | None:
     """The minutes the runs not yet done will take if each takes the mean of the done runs
-    of its command (a warm start is a few minutes, a run tens) that ran on this machine's
-    ``cpu`` (`this_cpu`; their machine.jsonl), or of all its done runs while none did: a
-    study that moved to another machine is paced by what it does there; less the minutes a
-    run under way has spent (up to that mean). None until each command with a run left has
-    one done."""
+    of its name at other seeds (a PPO run costs more than a GRPO one), or, while none is
+    done, of its command (a warm start is a few minutes, a run tens); of those, the ones
+    that ran on this machine's ``cpu`` (`this_cpu`; their machine.jsonl), or all while none
+    did: a study that moved to another machine is paced by what it does there. Less the
+    minutes a run under way has spent (up to that mean). None until each command with a
+    run left has one done."""
     cpu = this_cpu() if cpu is None else cpu
+    done = [p for p in planned if state.is_done(p)]
+    local = {p.root for p in done if ran_only_on(RunDir(p.root).machine, cpu)}
     left, here = 0.0, True
-    for command in {p.command for p in planned if not state.is_done(p)}:
-        mine = [p for p in planned if p.command == command]
-        done = [p for p in mine if state.is_done(p)]
-        if not done:
+    for run in (p for p in planned if not state.is_done(p)):
+        pool = [p for p in done if p.name == run.name] or [
+            p for p in done if p.command == run.command
+        ]
+        if not pool:
             return None
-        local = [p for p in done if ran_only_on(RunDir(p.root).machine, cpu)]
-        here = here and bool(local)
-        paced = local or done
+        paced = [p for p in pool if p.root in local]
+        here = here and bool(paced)
+        paced = paced or pool
         mean = sum(state.minutes(p) or 0.0 for p in paced) / len(paced)
-        spent = sum(min(state.minutes(p) or 0.0, mean) for p in mine if not state.is_done(p))
-        left += (len(mine) - len(done)) * mean - spent
+        left += mean - min(state.minutes(run) or 0.0, mean)
     return TimeLeft(left, here)
 
 
