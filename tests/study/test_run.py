@@ -334,6 +334,29 @@ def test_the_runs_of_a_warm_started_study_start_from_its_last_checkpoint(tmp_pat
     assert len(calls) == 2
 
 
+def test_a_run_killed_by_a_signal_is_said_so(tmp_path, study_file, capsys):
+    out = tmp_path / "out"
+    planned = spec.plan(spec.load_study(str(study_file)), "cpu", 1, out)
+
+    def killed(run, resume):  # a real process, ended by SIGKILL as the kernel's OOM killer does
+        kill = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+        return subprocess.call([sys.executable, "-c", kill])
+
+    with pytest.raises(runner.StudyError) as refused:
+        runner.run_all(planned, out, study="tiny", scale="cpu", launch=killed)
+    assert str(refused.value).startswith(
+        "keep-all seed 0 killed by SIGKILL (its output is above): on Linux most often the "
+        "kernel's out-of-memory killer"
+    )
+    capsys.readouterr()  # what the study printed
+    shown = _status(study_file, out, capsys).splitlines()
+    assert shown[1].startswith("  failed   keep-all seed 0")
+    assert shown[1].endswith(
+        "0 of 2 steps logged, killed by SIGKILL; no checkpoint: it starts again"
+    )
+    assert runner.exit_reason(-1000) == "killed by signal 1000"  # no such signal: its number
+
+
 def test_the_time_left_is_the_pace_of_the_done_runs_of_each_name(tmp_path):
     path = tmp_path / "warm.yaml"
     path.write_text(TWO_RUNS)

@@ -282,15 +282,36 @@ def run_all(
                 mark_time()
             if status != 0:
                 state.mark(run, "failed", exit_status=status)
+                ended = f"ended with {exit_reason(status)}" if status > 0 else exit_reason(status)
                 raise StudyError(
-                    f"{run.label} ended with exit status {status} (its output is above); "
-                    "finished runs are kept: fix the cause and run the same `ragen study` "
+                    f"{run.label} {ended} (its output is above)"
+                    + (OUT_OF_MEMORY if status == -signal.SIGKILL else "")
+                    + "; finished runs are kept: fix the cause and run the same `ragen study` "
                     "command again to go on from this run"
                 )
             state.mark(run, "done")
             if not keep_checkpoints and run.command != SFT:  # the runs start from a warm start's
                 _drop_checkpoints(RunDir(run.root), say)
     return state
+
+
+OUT_OF_MEMORY = (
+    ": on Linux most often the kernel's out-of-memory killer (`dmesg` names it), when other "
+    "jobs share the memory a step needs (docs/performance.md: a step's peak)"
+)
+"""What a study adds when a run was killed by SIGKILL."""
+
+
+def exit_reason(status: int) -> str:
+    """How a run's process ended, from its exit status as `subprocess` gives it (a signal
+    as its negated number): "exit status 130", "killed by SIGKILL"."""
+    if status >= 0:
+        return f"exit status {status}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        name = f"signal {-status}"
+    return f"killed by {name}"
 
 
 def _mark_time(state: StudyState, run: PlannedRun, before: float, started: float) -> None:

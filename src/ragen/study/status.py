@@ -16,7 +16,7 @@ from ragen.run.lock import holder
 from ragen.run.machine import machines_of
 from ragen.run.rundir import RunDir
 from ragen.study.outputs import rows_of
-from ragen.study.runner import StudyState, time_left
+from ragen.study.runner import StudyState, exit_reason, time_left
 from ragen.study.spec import SFT, START, TRAIN, Expectation, PlannedRun, Study, expectations_at
 from ragen.study.table import RowResult, judge, row_result, table_markdown
 from ragen.train.checkpoint import complete_checkpoints, steps_done
@@ -77,7 +77,7 @@ def _line(p: RunProgress, width: int) -> str:
     if p.status == RUNNING:
         return f"{said}; written by {p.writer}"
     if p.status == FAILED and p.exit_status is not None:
-        said += f", exit status {p.exit_status}"
+        said += f", {exit_reason(p.exit_status)}"
     if p.checkpoint is None:
         aside = ", its folder set aside" if p.run.root.exists() else ""
         return f"{said}; no checkpoint: it starts again{aside}"
