@@ -243,7 +243,6 @@ def test_a_gigpo_step_groups_its_anchors_once(monkeypatch):
         calls.append(args)
         return anchor_ids(*args, **kwargs)
 
-    monkeypatch.setattr("ragen.train.trainer.anchor_ids", counted)
     monkeypatch.setattr("ragen.algos.gigpo.anchor_ids", counted)
     overrides = ("algo.estimator=gigpo", "rollout.reward_placement=per_turn", "algo.filter_ratio=1")
     trainer = Trainer(_config(*overrides, "trainer.steps=1"))

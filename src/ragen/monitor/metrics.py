@@ -220,6 +220,20 @@ def _has_ngram(texts: Sequence[str], n: int) -> bool:
 # ---------------------------------------------------------------------------- credit
 
 
+def gigpo_turn_inputs(
+    trajectories: Sequence[Trajectory], similarity: float | None = None
+) -> dict[str, torch.Tensor]:
+    """GiGPO's per-turn inputs of ``trajectories``, each (B, M): ``anchor_ids`` (the turns'
+    anchor texts grouped within each episode group, `ragen.algos.gigpo.anchor_ids`, with
+    ``algo.gigpo_similarity``) and ``turn_penalties`` (each turn's format term)."""
+    anchors = [[u.anchor_key for u in t.turns] for t in trajectories]
+    groups = [t.group for t in trajectories]
+    return {
+        "anchor_ids": gigpo.anchor_ids(anchors, groups, similarity),
+        "turn_penalties": gigpo.per_turn([[u.penalty for u in t.turns] for t in trajectories]),
+    }
+
+
 def credit_metrics(
     trajectories: Sequence[Trajectory],
     *,
@@ -234,25 +248,20 @@ def credit_metrics(
     had turns to compare. Arguments as ``algo.gigpo_gamma``, ``gigpo_step_weight``,
     ``gigpo_mode == "mean_std_norm"`` and ``gigpo_similarity``; ``turn_inputs``: the
     trajectories' ``anchor_ids`` and ``turn_penalties``, (B, M) each, when the trainer has
-    built them for the estimator (``Trainer.turn_inputs``), else built here."""
+    built them for the estimator (``Trainer.turn_inputs``), else ``gigpo_turn_inputs``'s."""
     if not any(t.turns for t in trajectories):
         return {}
     rewards = gigpo.per_turn([[u.reward for u in t.turns] for t in trajectories])
     width = rewards.shape[1]
     valid = torch.tensor([[n < len(t.turns) for n in range(width)] for t in trajectories])
-    groups = [t.group for t in trajectories]
     if turn_inputs is None:
-        anchors = [[u.anchor_key for u in t.turns] for t in trajectories]
-        turn_inputs = {
-            "anchor_ids": gigpo.anchor_ids(anchors, groups, similarity),
-            "turn_penalties": gigpo.per_turn([[u.penalty for u in t.turns] for t in trajectories]),
-        }
+        turn_inputs = gigpo_turn_inputs(trajectories, similarity)
     found = gigpo.terms(
         torch.tensor([t.total_reward for t in trajectories], dtype=torch.float64),
         rewards,
         valid,
         turn_inputs["anchor_ids"].cpu(),
-        torch.tensor(groups),
+        torch.tensor([t.group for t in trajectories]),
         gamma,
         norm_by_std,
         turn_penalties=turn_inputs["turn_penalties"].cpu(),

@@ -33,10 +33,14 @@ from ragen.algos import (
     select_groups,
     whiten,
 )
-from ragen.algos.gigpo import anchor_ids, per_turn
 from ragen.config import ROW_BY_ROW, AlgoConfig, Config
 from ragen.host.memory import peak_rss, reset_peak_rss, trim_heap
-from ragen.monitor.metrics import credit_metrics, diversity_metrics, rollout_metrics
+from ragen.monitor.metrics import (
+    credit_metrics,
+    diversity_metrics,
+    gigpo_turn_inputs,
+    rollout_metrics,
+)
 from ragen.rollout.loop import EVAL_SEED_BASE, RolloutSpec, rollout
 from ragen.rollout.samples import TurnSamples
 from ragen.rollout.trajectory import Batch, Trajectory, collate
@@ -388,13 +392,8 @@ class Trainer:
         a = self.config.algo
         if a.estimator in ESTIMATORS and a.estimator != "gigpo":
             return {}
-        ids = anchor_ids(
-            [[turn.anchor_key for turn in t.turns] for t in kept],
-            [t.group for t in kept],
-            a.gigpo_similarity,
-        )
-        penalties = per_turn([[turn.penalty for turn in t.turns] for t in kept])
-        return {"anchor_ids": ids.to(self.device), "turn_penalties": penalties.to(self.device)}
+        inputs = gigpo_turn_inputs(kept, a.gigpo_similarity)
+        return {key: value.to(self.device) for key, value in inputs.items()}
 
     def credit_metrics(
         self, kept: list[Trajectory], turn_inputs: dict[str, torch.Tensor] | None = None
