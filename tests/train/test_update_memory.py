@@ -85,6 +85,21 @@ def test_a_plan_counts_the_mini_batches_it_cut():
     assert plan.sizes(mask, sampled, 20, cost) == [1, 1, 1] and plan.cuts == 1
 
 
+def test_what_the_update_holds_beside_activations_and_a_first_step_adds(tiny):
+    model, _ = tiny
+    params = sum(p.numel() for p in model.parameters())
+    adamw = torch.optim.AdamW(model.parameters(), lr=0.0)
+    assert update_memory.trained_bytes(model, None) == 4 * params  # float32 gradients
+    # before its first step: two moments, and the file's pages beside the weights' own copy
+    assert update_memory.first_step_bytes({"actor": adamw}) == 16 * params
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    adamw.step()  # at learning rate 0: the shared test model stays as it was
+    assert update_memory.first_step_bytes({"actor": adamw}) == 0
+    for p in model.parameters():
+        p.grad = None
+
+
 def _trainer(*overrides: str) -> Trainer:
     return Trainer(config.load("sokoban-rl", [*SMALL, "algo.estimator=gae", *overrides]))
 

@@ -29,8 +29,9 @@ peak the update added, above and below, which the free share's margin covers. Un
 autocast the activations are smaller; the estimate stays the float32 one, on the safe side.
 
 Beside the activations, the update holds the gradients of every trained parameter (float32)
-and, at a run's first update, allocates AdamW's two moments; both are taken from the budget
-before it is shared out.
+and, at a run's first update, allocates AdamW's two moments and a private copy of weights
+mapped from the model's file (`first_step_bytes`); these are taken from the budget before
+it is shared out.
 """
 
 from __future__ import annotations
@@ -138,10 +139,12 @@ def trained_bytes(*models: torch.nn.Module | None) -> int:
 
 
 def first_step_bytes(optimizers: dict[str, torch.optim.Optimizer]) -> int:
-    """Bytes AdamW's two moments will take when an optimiser steps for the first time (0 once
-    it has: they are held already)."""
+    """Bytes an optimiser's first step adds to what the process holds (0 once it has stepped):
+    AdamW's two moments, and the weights' own copy: loaded weights are pages mapped from the
+    model's file, read in by the first forward and copied on the step's first write, so both
+    the file's pages and the copy are held through that step; 4 floats a parameter."""
     return sum(
-        2 * FLOAT_BYTES * p.numel()
+        4 * FLOAT_BYTES * p.numel()
         for opt in optimizers.values()
         if not opt.state
         for group in opt.param_groups
