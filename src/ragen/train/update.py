@@ -41,7 +41,7 @@ from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
 from ragen.train.forward import SharedOpening, critic_opening
 from ragen.train.scoring import critic_values, policy_logprobs_and_values, reads_policy_pass
-from ragen.train.update_memory import MemoryPlan
+from ragen.train.update_memory import DecoderBytes, MemoryPlan
 
 
 @dataclass(frozen=True)
@@ -363,13 +363,14 @@ def _split(
     s: UpdateSettings,
     plan: MemoryPlan | None,
     opening: SharedOpening | None,
-    cost,
+    cost: DecoderBytes | None,
 ) -> list[torch.Tensor]:
     """``rows`` (indices into the mini-batch, longest first) cut into micro-batches: of
     ``trainer.micro_batch_size`` rows, or of what ``plan`` fits of them (``cost`` per unit,
     after ``opening``'s shared tokens); none when ``rows`` is empty."""
     if plan is None or not len(rows):
         return [m for m in rows.split(s.trainer.micro_batch_size) if len(m)]
+    assert cost is not None  # a plan comes with the cost of the pass it cuts
     prefix = 0 if opening is None else opening.length
     sizes = plan.sizes(mini_data.attention_mask[rows], mini_data.loss_mask[rows], prefix, cost)
     return list(rows.split(sizes))
@@ -380,7 +381,7 @@ def micro_batches(
     s: UpdateSettings,
     plan: MemoryPlan | None = None,
     openings: Openings | None = None,
-    cost=None,
+    cost: DecoderBytes | None = None,
 ) -> list[tuple[torch.Tensor, bool]]:
     """This rank's micro-batches of a mini-batch: (row indices, counts); cut to ``plan``
     where it has one (``cost`` per unit, after the ``openings``' shared tokens).

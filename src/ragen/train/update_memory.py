@@ -202,7 +202,7 @@ class MemoryPlan:
         return total
 
     def sizes(
-        self, attention_mask: torch.Tensor, loss_mask: torch.Tensor, prefix: int, cost
+        self, attention_mask: torch.Tensor, loss_mask: torch.Tensor, prefix: int, cost: DecoderBytes
     ) -> list[int]:
         """Sizes of the consecutive micro-batches of rows (B, T) given longest first, with
         ``prefix`` tokens of shared opening (run once: its own activations are taken from
