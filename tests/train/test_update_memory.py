@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.small import SOKOBAN_UPDATE
 
 from ragen import config
 from ragen import metric_names as names
@@ -14,24 +15,6 @@ from ragen.train import update_memory
 from ragen.train.trainer import Trainer
 from ragen.train.update import ppo_update
 from ragen.train.update_memory import DecoderBytes, MemoryPlan, micro_batch_bytes, split
-
-# Sokoban, up to two turns of one action, 4 episodes in one mini-batch of micro-batches of 2
-SMALL = [
-    "model.spec=tiny",
-    "rollout.groups=2",
-    "rollout.group_size=2",
-    "rollout.max_turns=2",
-    "rollout.max_actions_per_turn=1",
-    "rollout.max_reply_tokens=96",
-    "rollout.demos=0",
-    "algo.filter_ratio=1",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.update_dtype=float32",
-    "trainer.eval_every=0",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
 
 
 def test_the_embedded_model_keeps_per_token_what_its_shapes_say(embedded):
@@ -101,7 +84,7 @@ def test_what_the_update_holds_beside_activations_and_a_first_step_adds(tiny):
 
 
 def _trainer(*overrides: str) -> Trainer:
-    return Trainer(config.load("sokoban-rl", [*SMALL, "algo.estimator=gae", *overrides]))
+    return Trainer(config.load("sokoban-rl", [*SOKOBAN_UPDATE, "algo.estimator=gae", *overrides]))
 
 
 def _episodes(trainer: Trainer):
