@@ -46,6 +46,7 @@ GIGPO_ONLY = frozenset(
 
 # perf/… : what the step cost (ragen.train.trainer)
 MEMORY_CUTS = "perf/memory_cuts"
+UPDATE_MEMORY_CUTS = "perf/update_memory_cuts"
 
 # actor/… : the policy update (ragen.train.update)
 ENTROPY = "actor/entropy"

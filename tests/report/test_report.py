@@ -108,6 +108,16 @@ def test_the_summary_names_the_steps_and_evaluations_free_memory_cut(tmp_path):
     assert "free memory" not in summary_markdown([load_run(calm.root)])
 
 
+def test_the_summary_names_the_steps_whose_update_free_memory_cut(tmp_path):
+    records = [
+        {"step": s, "rollout/success": 0.5, "perf/update_memory_cuts": [2, 0, 1][s]}
+        for s in range(3)
+    ]
+    text = summary_markdown([load_run(_run(tmp_path, "short", records).root)])
+    assert "; free memory cut the update's micro-batches of 2 step(s)" in text
+    assert "decode batches" not in text
+
+
 def test_a_warning_after_the_collapse_has_no_lead_time():
     row = RunSummary("r", "x", None, None, None, None, collapse_step=5, warning_step=9)
     assert row.lead_time is None

@@ -16,31 +16,13 @@ from contextlib import nullcontext
 
 import pytest
 import torch
+from tests.small import SOKOBAN_UPDATE
 from tests.train.openings import each_micro_batch_runs_its_opening
 
 from ragen import config
 from ragen.rollout.expert import ExpertGenerator
 from ragen.train.trainer import Trainer
 from ragen.train.update import UpdateSettings, by_length, mini_batch_rows, ppo_update
-
-# Sokoban, up to two turns of one action: rows with several reply segments, so the
-# advantages run across turns; 4 episodes, all kept, in micro-batches of 2.
-SMALL = [
-    "model.spec=tiny",
-    "rollout.groups=2",
-    "rollout.group_size=2",
-    "rollout.max_turns=2",
-    "rollout.max_actions_per_turn=1",
-    "rollout.max_reply_tokens=96",
-    "rollout.demos=0",
-    "algo.filter_ratio=1",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "trainer.update_dtype=float32",
-    "trainer.eval_every=0",
-    "logging.progress=false",
-    "logging.tensorboard=false",
-]
 
 
 class GradientRecorder(torch.optim.SGD):
@@ -58,7 +40,7 @@ class GradientRecorder(torch.optim.SGD):
 
 
 def _trainer(*overrides: str) -> Trainer:
-    return Trainer(config.load("sokoban-rl", [*SMALL, *overrides]))
+    return Trainer(config.load("sokoban-rl", [*SOKOBAN_UPDATE, *overrides]))
 
 
 def _scoring_first(trainer: Trainer) -> Trainer:

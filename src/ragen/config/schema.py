@@ -455,7 +455,8 @@ class TrainerConfig:
     """Episodes per optimiser step."""
     micro_batch_size: int = opt(4, ge=1, le=MAX_EPISODES_PER_STEP)
     """Rows per forward/backward pass (gradients accumulate up to mini_batch_size): episodes,
-    or with a context window other than full, turn samples."""
+    or with a context window other than full, turn samples. On a CPU, fewer where that many
+    rows' activations would not fit the memory free (perf/update_memory_cuts counts it)."""
     eval_every: int = opt(10, ge=0, le=MAX_STEPS)
     """Evaluate every this many steps; 0 never."""
     eval_before: bool = False

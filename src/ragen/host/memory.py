@@ -1,6 +1,10 @@
 """Host memory: how much there is, how much a new allocation can still get, and giving freed
 heap back.
 
+Both figures stop at the memory limit of the process's cgroup where one is set (a container
+run with ``--memory``, a batch job's slot): ``/proc/meminfo`` describes the whole machine,
+while the kernel kills a process whose cgroup passes its limit.
+
 The generator plans its decode batch and the caches it keeps between turns from the whole
 memory (``total_memory``), so one machine sizes them alike on every run, and cuts them to
 what is free where too little is (see ``rollout.engines.memory.memory_fit``); on a CPU a
@@ -24,20 +28,103 @@ from functools import cache
 from pathlib import Path
 
 MEMINFO = Path("/proc/meminfo")
+CGROUPS = Path("/sys/fs/cgroup")
+SELF_CGROUP = Path("/proc/self/cgroup")
+# cgroup v1 writes "no limit" as the largest page-aligned 64-bit count; anything this large
+# is no limit.
+_NO_LIMIT = 2**62
 
 
-def total_memory(meminfo: Path = MEMINFO) -> int:
+def total_memory(
+    meminfo: Path = MEMINFO, cgroups: Path = CGROUPS, self_cgroup: Path = SELF_CGROUP
+) -> int:
     """Bytes of physical memory: ``MemTotal`` on Linux, else the physical pages, else 16 GiB
-    when the system cannot be asked."""
+    when the system cannot be asked; at most the memory limit of the process's cgroup (a
+    container's ``--memory``), which the kernel enforces whatever the machine has."""
     found = _meminfo_bytes("MemTotal", meminfo)
-    return found if found is not None else _pages("SC_PHYS_PAGES", 16 * 2**30)
+    total = found if found is not None else _pages("SC_PHYS_PAGES", 16 * 2**30)
+    limits = cgroup_memory(cgroups, self_cgroup)
+    return total if limits is None else min(total, limits[0])
 
 
-def available_memory(meminfo: Path = MEMINFO) -> int:
+def available_memory(
+    meminfo: Path = MEMINFO, cgroups: Path = CGROUPS, self_cgroup: Path = SELF_CGROUP
+) -> int:
     """Bytes a new allocation can get without swapping: ``MemAvailable`` on Linux, else the
-    free physical pages, else a modest 8 GiB when the system cannot be asked."""
+    free physical pages, else a modest 8 GiB when the system cannot be asked; at most what
+    the process's cgroup has left under its memory limit."""
     found = _meminfo_bytes("MemAvailable", meminfo)
-    return found if found is not None else _pages("SC_AVPHYS_PAGES", 8 * 2**30)
+    available = found if found is not None else _pages("SC_AVPHYS_PAGES", 8 * 2**30)
+    limits = cgroup_memory(cgroups, self_cgroup)
+    return available if limits is None else min(available, limits[1])
+
+
+def cgroup_memory(
+    cgroups: Path = CGROUPS, self_cgroup: Path = SELF_CGROUP
+) -> tuple[int, int] | None:
+    """(the tightest memory limit, the fewest bytes left under one) over the process's cgroup
+    and its parents (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), where one is set and
+    readable; None otherwise. What is left counts the cgroup's inactive file pages as free,
+    as the kernel reclaims them before it kills. A cgroup named in ``self_cgroup`` but not
+    found under ``cgroups`` (a container sees its own as the root) is read at the root."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    found = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            found += _limits(cgroups, path, "memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            found += _limits(
+                cgroups / "memory",
+                path,
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+                "total_inactive_file",
+            )
+    if not found:
+        return None
+    return min(bound for bound, _ in found), min(left for _, left in found)
+
+
+def _limits(root: Path, path: str, limit: str, usage: str, inactive: str) -> list[tuple[int, int]]:
+    """(limit, left) of each limited cgroup from ``path`` up to ``root``."""
+    leaf = root / path.strip("/")
+    if not leaf.is_dir():
+        leaf = root
+    folders = [leaf, *leaf.parents]
+    found = []
+    for folder in folders[: folders.index(root) + 1]:
+        bound, used = _read_int(folder / limit), _read_int(folder / usage)
+        if bound is None or bound >= _NO_LIMIT or used is None:
+            continue
+        reclaimable = _stat_field(folder / "memory.stat", inactive) or 0
+        found.append((bound, max(bound - used + reclaimable, 0)))
+    return found
+
+
+def _read_int(path: Path) -> int | None:
+    """The integer a cgroup file holds; None where it is missing, unreadable or not one
+    (v2 writes "max" for no limit)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _stat_field(path: Path, field: str) -> int | None:
+    """One field of a cgroup's ``memory.stat``; None where it cannot be read."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == field:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _meminfo_bytes(field: str, meminfo: Path) -> int | None:

@@ -121,16 +121,24 @@ def summary_markdown(runs: Sequence[RunData]) -> str:
 
 def _memory_note(run: RunData) -> str:
     """The steps and evaluations whose decode batches free memory cut below their plan
-    (`perf/memory_cuts`, an evaluation's ``cost``): their samples can differ slightly from a
-    rerun with more memory free, so the run may not repeat exactly."""
+    (`perf/memory_cuts`, an evaluation's ``cost``), and the steps whose update it cut to
+    smaller micro-batches (`perf/update_memory_cuts`): their figures can differ slightly, at
+    float rounding, from a rerun with more memory free, so the run may not repeat exactly."""
     steps = sum(r.get(names.MEMORY_CUTS, 0) > 0 for r in run.records)
     evals = sum(e.get("cost", {}).get("memory_cuts", 0) > 0 for e in run.evals)
-    if not steps and not evals:
-        return ""
-    return (
-        f"; free memory cut the decode batches of {steps} step(s) and {evals} evaluation(s), "
-        "whose samples may not repeat exactly"
-    )
+    updates = sum(r.get(names.UPDATE_MEMORY_CUTS, 0) > 0 for r in run.records)
+    notes = []
+    if steps or evals:
+        notes.append(
+            f"free memory cut the decode batches of {steps} step(s) and {evals} "
+            "evaluation(s), whose samples may not repeat exactly"
+        )
+    if updates:
+        notes.append(
+            f"free memory cut the update's micro-batches of {updates} step(s), whose "
+            "gradients may not repeat exactly"
+        )
+    return "".join(f"; {note}" for note in notes)
 
 
 SIGNIFICANT_Z = 2.0

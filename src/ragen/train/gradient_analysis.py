@@ -140,7 +140,7 @@ def _term_norm(
     own_critic = term == "value" and not reads_policy_pass(policy, critic)
     run_policy = None if own_critic else policy
     run_critic = critic if term == "value" else None
-    micros = micro_batches(len(data.input_ids), s)
+    micros = micro_batches(data, s)
     mine = any(counts for _, counts in micros)
     openings = Openings.of(run_policy, run_critic, data, mine, s, autocast)
     for micro, counts in micros:

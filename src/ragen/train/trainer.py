@@ -466,13 +466,16 @@ class Trainer:
         }
 
     def settings(self) -> UpdateSettings:
-        """What the update reads besides its batch."""
+        """What the update reads besides its batch; on a CPU the update cuts its micro-batches
+        to the memory free (update_memory.py)."""
+        sharded = fsdp.is_sharded(self.m.policy)
         return UpdateSettings(
             algo=self.config.algo,
             trainer=self.config.trainer,
             temperature=self.config.rollout.temperature,
             autocast_dtype=self.update_dtype,
-            sharded=fsdp.is_sharded(self.m.policy),
+            sharded=sharded,
+            plan_memory=self.device.type == "cpu" and not sharded,
         )
 
     def analyse_gradients(

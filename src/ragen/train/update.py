@@ -41,6 +41,7 @@ from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
 from ragen.train.forward import SharedOpening, critic_opening
 from ragen.train.scoring import critic_values, policy_logprobs_and_values, reads_policy_pass
+from ragen.train.update_memory import DecoderBytes, MemoryPlan
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class UpdateSettings:
     autocast_dtype: torch.dtype | None
     sharded: bool = False
     """The models are sharded with FSDP2 (trainer.parallel=fsdp under torchrun)."""
+    plan_memory: bool = False
+    """Cut micro-batches to the host memory free at the update's start (update_memory.py):
+    models in host memory, not sharded."""
 
 
 @dataclass
@@ -289,7 +293,13 @@ def critic_loss(values, old_values, data: UpdateData, s: UpdateSettings, norm: f
 
 
 def _critic_first(
-    critic, mini_data: UpdateData, s: UpdateSettings, norm: float, autocast, tally: _Tally
+    critic,
+    mini_data: UpdateData,
+    s: UpdateSettings,
+    norm: float,
+    autocast,
+    tally: _Tally,
+    plan: MemoryPlan | None,
 ) -> tuple[UpdateData, dict[str, float] | None]:
     """On-policy with a row-by-row estimator: back-propagate the critic's loss micro-batch by
     micro-batch, each row's returns estimated from the values of the very forward that is
@@ -306,9 +316,9 @@ def _critic_first(
     coefs = Coefficients.of(s.algo)
     mine = distributed.shard(len(mini_data.input_ids))
     opening = Openings.of(None, critic, mini_data, len(mine) > 0, s, autocast)
-    for micro in torch.arange(mine.start, mine.stop).split(s.trainer.micro_batch_size):
-        if not len(micro):
-            continue  # a rank may hold no row: split gives ([],)
+    rows = torch.arange(mine.start, mine.stop)
+    cost = None if plan is None else plan.cost(policy=False, critic=True)
+    for micro in _split(rows, mini_data, s, plan, opening.critic, cost):
         part = mini_data.rows(micro)
         assert part.rewards is not None
         with phases.timed(phases.UPDATE_FORWARD), autocast:
@@ -347,16 +357,44 @@ def _critic_first(
     return estimated, sums if finite else None
 
 
-def micro_batches(rows: int, s: UpdateSettings) -> list[tuple[torch.Tensor, bool]]:
-    """This rank's micro-batches of a mini-batch of ``rows`` rows: (row indices, counts).
+def _split(
+    rows: torch.Tensor,
+    mini_data: UpdateData,
+    s: UpdateSettings,
+    plan: MemoryPlan | None,
+    opening: SharedOpening | None,
+    cost: DecoderBytes | None,
+) -> list[torch.Tensor]:
+    """``rows`` (indices into the mini-batch, longest first) cut into micro-batches: of
+    ``trainer.micro_batch_size`` rows, or of what ``plan`` fits of them (``cost`` per unit,
+    after ``opening``'s shared tokens); none when ``rows`` is empty."""
+    if plan is None or not len(rows):
+        return [m for m in rows.split(s.trainer.micro_batch_size) if len(m)]
+    assert cost is not None  # a plan comes with the cost of the pass it cuts
+    prefix = 0 if opening is None else opening.length
+    sizes = plan.sizes(mini_data.attention_mask[rows], mini_data.loss_mask[rows], prefix, cost)
+    return list(rows.split(sizes))
+
+
+def micro_batches(
+    mini_data: UpdateData,
+    s: UpdateSettings,
+    plan: MemoryPlan | None = None,
+    openings: Openings | None = None,
+    cost: DecoderBytes | None = None,
+) -> list[tuple[torch.Tensor, bool]]:
+    """This rank's micro-batches of a mini-batch: (row indices, counts); cut to ``plan``
+    where it has one (``cost`` per unit, after the ``openings``' shared tokens).
 
     With sharded models every pass is a collective (each layer's weights are gathered, its
     gradient reduced), so every rank runs as many passes as the rank with the most rows
     (``ceil(rows / W)``); the others add passes over row 0 that do not count (weight 0).
     """
+    rows = len(mini_data.input_ids)
     mine = distributed.shard(rows)
-    chunks = torch.arange(mine.start, mine.stop).split(s.trainer.micro_batch_size)
-    micros = [(m, True) for m in chunks if len(m)]  # a rank may hold no row: split gives ([],)
+    opening = None if openings is None else openings.policy
+    chunks = _split(torch.arange(mine.start, mine.stop), mini_data, s, plan, opening, cost)
+    micros = [(m, True) for m in chunks]
     if s.sharded:
         most = -(-rows // distributed.world_size())
         passes = -(-most // s.trainer.micro_batch_size)
@@ -365,16 +403,26 @@ def micro_batches(rows: int, s: UpdateSettings) -> list[tuple[torch.Tensor, bool
 
 
 def _backward_share(
-    policy, critic, mini_data: UpdateData, s: UpdateSettings, norm: float, autocast, tally: _Tally
+    policy,
+    critic,
+    mini_data: UpdateData,
+    s: UpdateSettings,
+    norm: float,
+    autocast,
+    tally: _Tally,
+    plan: MemoryPlan | None,
 ) -> dict[str, float] | None:
     """Back-propagate this rank's share of a mini-batch (all of it in one process), micro-batch
-    by micro-batch, forwards under ``autocast``, adding the micro-batch stats to ``tally``.
-    Returns the share's part of the ``_ADDITIVE`` stats, or None when a loss was not finite."""
+    by micro-batch (cut to ``plan``), forwards under ``autocast``, adding the micro-batch stats
+    to ``tally``. Returns the share's part of the ``_ADDITIVE`` stats, or None when a loss was
+    not finite."""
     sums: dict[str, float] = defaultdict(float)
     finite = True
-    micros = micro_batches(len(mini_data.input_ids), s)
-    mine = any(counts for _, counts in micros)
+    mine = len(distributed.shard(len(mini_data.input_ids))) > 0
     openings = Openings.of(policy, critic, mini_data, mine, s, autocast)
+    own_critic = critic is not None and not reads_policy_pass(policy, critic)
+    cost = None if plan is None else plan.cost(policy=True, critic=own_critic)
+    micros = micro_batches(mini_data, s, plan, openings, cost)
     for micro, counts in micros:
         part = mini_data.rows(micro)
         with phases.timed(phases.UPDATE_FORWARD), autocast:
@@ -399,16 +447,23 @@ def _backward_share(
 
 
 def _backward_mini(
-    policy, critic, mini_data: UpdateData, s: UpdateSettings, norm: float, autocast, tally
+    policy,
+    critic,
+    mini_data: UpdateData,
+    s: UpdateSettings,
+    norm: float,
+    autocast,
+    tally: _Tally,
+    plan: MemoryPlan | None,
 ) -> dict[str, float] | None:
     """Back-propagate this rank's share of a mini-batch: both models micro-batch by
     micro-batch, or, when the mini-batch comes without advantages, the critic first (see
     ``_critic_first``), then the policy. Returns the share's ``_ADDITIVE`` stats, or None
     when a loss was not finite."""
     if mini_data.advantages is not None:
-        return _backward_share(policy, critic, mini_data, s, norm, autocast, tally)
-    mini_data, critic_sums = _critic_first(critic, mini_data, s, norm, autocast, tally)
-    sums = _backward_share(policy, None, mini_data, s, norm, autocast, tally)
+        return _backward_share(policy, critic, mini_data, s, norm, autocast, tally, plan)
+    mini_data, critic_sums = _critic_first(critic, mini_data, s, norm, autocast, tally, plan)
+    sums = _backward_share(policy, None, mini_data, s, norm, autocast, tally, plan)
     return None if sums is None or critic_sums is None else sums | critic_sums
 
 
@@ -437,6 +492,7 @@ def ppo_update(
     )
     policy.train()
     t = s.trainer
+    plan = MemoryPlan.of(policy, critic, optimizers, t.micro_batch_size) if s.plan_memory else None
     rows = mini_batch_rows(
         data.attention_mask, t.ppo_epochs, t.mini_batch_size, seed, data.episodes
     )
@@ -447,7 +503,7 @@ def ppo_update(
             continue  # nothing sampled in this mini-batch: no gradient to take
         for opt in optimizers.values():
             opt.zero_grad(set_to_none=True)
-        sums = _backward_mini(policy, critic, mini_data, s, norm, autocast, tally)
+        sums = _backward_mini(policy, critic, mini_data, s, norm, autocast, tally, plan)
         with phases.timed(phases.UPDATE_OPTIMIZER):
             finite = distributed.all_true(sums is not None)  # one rank's NaN: all skip
             if not s.sharded:  # FSDP2 summed them during the backward
@@ -473,6 +529,9 @@ def ppo_update(
     if steps:  # a mini-batch's value is the sum of the ranks' shares; averaged over the steps
         metrics.update({k: v / steps for k, v in distributed.sum_dicts(totals).items()})
     metrics.update({"actor/skipped_steps": float(skipped), "actor/optimizer_steps": float(steps)})
+    if plan is not None:  # passes whose micro-batches free memory cut, over every rank
+        cuts = distributed.sum_dicts({names.UPDATE_MEMORY_CUTS: float(plan.cuts)})
+        metrics[names.UPDATE_MEMORY_CUTS] = cuts[names.UPDATE_MEMORY_CUTS]
     return metrics
 
 
