@@ -9,7 +9,7 @@ whose last share of tokens is sampled, and three real ``ppo_update`` calls in on
 ``policy`` (advantages given, as GRPO: the policy alone) and ``critic`` (gae on-policy: the
 critic's pass first, then the policy's, their gradients both held). Before each call the
 freed heap is returned and the peak resident memory reset; the case reports what the call
-added to it (Linux's ``VmHWM`` less ``VmRSS`` before). The first call also allocates AdamW's
+added to it (Linux's ``VmHWM`` less its value just reset). The first call also allocates AdamW's
 moments, so the figure compared is the least of the two after it.
 
 The estimate (``ragen.train.update_memory``) is the gradients of the trained parameters plus
@@ -50,13 +50,6 @@ CASES = [
 ]
 CALLS = 3
 LIMITED = ("policy", 4, 1024, 0.2)  # a configured micro-batch of about 6 GiB, model included
-
-
-def _rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status: the benchmark needs Linux")
 
 
 def new_cgroup(limit: int) -> Path | None:
@@ -170,11 +163,11 @@ def one_case(
     added = []
     for _ in range(CALLS):
         trim_heap()
-        before = _rss()
         reset_peak_rss()
+        before = peak_rss()  # just reset: the memory held now
         metrics = ppo_update(m.policy, critic, optimizers, data, settings, seed=0)
         peak = peak_rss()
-        assert peak is not None
+        assert peak is not None and before is not None, "the benchmark needs Linux's /proc"
         added.append(peak - before)
     policy_cost = DecoderBytes.of(m.policy.config, head=True)
     assert policy_cost is not None

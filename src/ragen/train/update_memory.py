@@ -2,13 +2,13 @@
 where that many rows' activations would not fit the host memory free when the update starts.
 
 A micro-batch's forward keeps, for its backward, activations in proportion to the tokens it
-runs: with the FrozenLake preset's 4 rows of up to 2,048 tokens the 135M model's PPO update
-peaked at 13.7-20.4 GiB, so a 16 GiB machine would have its run killed by the kernel rather
-than slowed. The update therefore estimates each micro-batch's bytes from the models' shapes
-(`DecoderBytes`) and, where the configured rows would pass ``FREE_SHARE`` of the memory free
-at the update's start, cuts the micro-batch to the rows that fit (at least one). Rows are
-cut, never tokens: the micro-batches still add up to the same mini-batch loss, so a cut
-changes only the float rounding of the gradient, and seconds; the step counts its cuts in
+runs, so rows that fit one machine can have the run killed by the kernel on a smaller one
+rather than slowed (docs/performance.md: a step's memory). The update therefore estimates
+each micro-batch's bytes from the models' shapes (`DecoderBytes`) and, where the configured
+rows would pass ``FREE_SHARE`` of the memory free at the update's start, cuts the
+micro-batch to the rows that fit (at least one). Rows are cut, never tokens: the
+micro-batches still add up to the same mini-batch loss, so a cut changes only the float
+rounding of the gradient, and seconds; the step counts its cuts in
 ``perf/update_memory_cuts`` (passes over a mini-batch: a critic trained first takes its own
 before the policy's), as decode batches count theirs.
 
@@ -20,13 +20,13 @@ tokens scored by the LM head, for each decoder whose activations are held at onc
 
 ``token`` is 4 bytes × layers × (10 × hidden + 4 × intermediate), what autograd keeps per
 token through a Llama-style block in float32 (norm inputs and outputs, query/key/value, the
-attention's inputs and output, the MLP's gate, up and product); ``opening`` the row's copy of
-the opening's keys and values per layer (2 × hidden + 2 × key/value width, the grouped heads
-repeated); ``head`` 8 floats per vocabulary entry (logits, their log-softmax and softmax, the
-entropy's terms, their gradients). Measured on the embedded model (float32, rows of 256 to
-1,024 tokens, ``python -m benchmarks.update_memory``), the estimate is within about 10% of the
-peak the update added, above and below, which the free share's margin covers. Under bf16
-autocast the activations are smaller; the estimate stays the float32 one, on the safe side.
+attention's inputs and output, the MLP's gate, up and product); ``opening`` the row's copy
+of the opening's keys and values per layer (2 × hidden + 2 × key/value width, the grouped
+heads repeated); ``head`` 8 floats per vocabulary entry (logits, their log-softmax and
+softmax, the entropy's terms, their gradients). ``python -m benchmarks.update_memory``
+compares the estimate with the peaks updates add (docs/performance.md); the free share
+leaves the margin for where it falls short. Under bf16 autocast the activations are smaller;
+the estimate stays the float32 one, on the safe side.
 
 Beside the activations, the update holds the gradients of every trained parameter (float32)
 and, at a run's first update, allocates AdamW's two moments and a private copy of weights
@@ -118,14 +118,12 @@ def split(
     sizes: list[int] = []
     start = 0
     while start < len(widths):
-        rows = 1
+        rows, scored = 1, sampled[start]
         while start + rows < len(widths) and rows < most:
-            wanted = micro_batch_bytes(
-                cost, rows + 1, widths[start], prefix, sum(sampled[start : start + rows + 1])
-            )
-            if wanted > budget:
+            more = scored + sampled[start + rows]
+            if micro_batch_bytes(cost, rows + 1, widths[start], prefix, more) > budget:
                 break
-            rows += 1
+            rows, scored = rows + 1, more
         sizes.append(rows)
         start += rows
     return sizes
@@ -193,13 +191,8 @@ class MemoryPlan:
 
     def cost(self, *, policy: bool, critic: bool) -> DecoderBytes:
         """What a micro-batch keeps per unit when it runs the policy, the critic, or both."""
-        parts = ([self.policy] if policy else []) + (
-            [self.critic] if critic and self.critic is not None else []
-        )
-        total = DecoderBytes(0, 0, 0)
-        for part in parts:
-            total = total + part
-        return total
+        total = self.policy if policy else DecoderBytes(0, 0, 0)
+        return total + self.critic if critic and self.critic is not None else total
 
     def sizes(
         self, attention_mask: torch.Tensor, loss_mask: torch.Tensor, prefix: int, cost: DecoderBytes
