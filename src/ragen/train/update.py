@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
 import torch
@@ -179,6 +179,23 @@ class _Tally:
 _ADDITIVE = ("actor/pg_loss", names.ENTROPY, "actor/kl", "critic/value_loss")
 
 
+@dataclass(frozen=True)
+class _MiniPass:
+    """What every backward pass over one mini-batch shares: the update's settings, the
+    mini-batch's loss normaliser, the forwards' autocast context, the tally the micro-batch
+    stats go to, and the memory plan that cuts micro-batches (None: the configured rows)."""
+
+    s: UpdateSettings
+    norm: float
+    autocast: AbstractContextManager
+    tally: _Tally
+    plan: MemoryPlan | None
+
+    def cost(self, *, policy: bool, critic: bool) -> DecoderBytes | None:
+        """The plan's cost per unit of a pass through these models (None without a plan)."""
+        return None if self.plan is None else self.plan.cost(policy=policy, critic=critic)
+
+
 @dataclass
 class Openings:
     """The mini-batch's shared openings of the policy's and the critic's decoders (None: each
@@ -293,13 +310,7 @@ def critic_loss(values, old_values, data: UpdateData, s: UpdateSettings, norm: f
 
 
 def _critic_first(
-    critic,
-    mini_data: UpdateData,
-    s: UpdateSettings,
-    norm: float,
-    autocast,
-    tally: _Tally,
-    plan: MemoryPlan | None,
+    critic, mini_data: UpdateData, p: _MiniPass
 ) -> tuple[UpdateData, dict[str, float] | None]:
     """On-policy with a row-by-row estimator: back-propagate the critic's loss micro-batch by
     micro-batch, each row's returns estimated from the values of the very forward that is
@@ -310,18 +321,19 @@ def _critic_first(
     Returns the mini-batch with advantages, returns and old values filled in, and the critic's
     share of the ``_ADDITIVE`` stats (None when a loss was not finite)."""
     assert mini_data.rewards is not None  # the trainer passes rewards when it leaves this here
+    s = p.s
     values = torch.zeros(mini_data.loss_mask.shape, device=mini_data.loss_mask.device)
     sums: dict[str, float] = defaultdict(float)
     finite = True
     coefs = Coefficients.of(s.algo)
     mine = distributed.shard(len(mini_data.input_ids))
-    opening = Openings.of(None, critic, mini_data, len(mine) > 0, s, autocast)
+    opening = Openings.of(None, critic, mini_data, len(mine) > 0, s, p.autocast)
     rows = torch.arange(mine.start, mine.stop)
-    cost = None if plan is None else plan.cost(policy=False, critic=True)
-    for micro in _split(rows, mini_data, s, plan, opening.critic, cost):
+    cost = p.cost(policy=False, critic=True)
+    for micro in _split(rows, mini_data, s, p.plan, opening.critic, cost):
         part = mini_data.rows(micro)
         assert part.rewards is not None
-        with phases.timed(phases.UPDATE_FORWARD), autocast:
+        with phases.timed(phases.UPDATE_FORWARD), p.autocast:
             v = critic_values(critic, part.input_ids, part.attention_mask, opening.critic)
         with phases.timed(phases.ADVANTAGES):
             _, returns = estimate(
@@ -331,14 +343,14 @@ def _critic_first(
                 values=v.detach(),
                 coefs=coefs,
             )
-        loss, stats = critic_loss(v, v.detach(), replace(part, returns=returns), s, norm)
+        loss, stats = critic_loss(v, v.detach(), replace(part, returns=returns), s, p.norm)
         finite = finite and bool(torch.isfinite(loss))
         with phases.timed(phases.UPDATE_BACKWARD):
             loss.backward()
         values[micro, : v.shape[1]] = v.detach().float()
         if finite:
             sums["critic/value_loss"] += stats.pop("critic/value_loss")
-            tally.add(stats, float(part.loss_mask.sum()))
+            p.tally.add(stats, float(part.loss_mask.sum()))
     opening.backward()
     values = distributed.assemble_rows(values[mine.start : mine.stop], mine, len(values))
     with phases.timed(phases.ADVANTAGES):
@@ -402,31 +414,22 @@ def micro_batches(
     return micros
 
 
-def _backward_share(
-    policy,
-    critic,
-    mini_data: UpdateData,
-    s: UpdateSettings,
-    norm: float,
-    autocast,
-    tally: _Tally,
-    plan: MemoryPlan | None,
-) -> dict[str, float] | None:
+def _backward_share(policy, critic, mini_data: UpdateData, p: _MiniPass) -> dict[str, float] | None:
     """Back-propagate this rank's share of a mini-batch (all of it in one process), micro-batch
-    by micro-batch (cut to ``plan``), forwards under ``autocast``, adding the micro-batch stats
-    to ``tally``. Returns the share's part of the ``_ADDITIVE`` stats, or None when a loss was
-    not finite."""
+    by micro-batch (cut to the pass's plan), adding the micro-batch stats to its tally.
+    Returns the share's part of the ``_ADDITIVE`` stats, or None when a loss was not
+    finite."""
     sums: dict[str, float] = defaultdict(float)
     finite = True
     mine = len(distributed.shard(len(mini_data.input_ids))) > 0
-    openings = Openings.of(policy, critic, mini_data, mine, s, autocast)
+    openings = Openings.of(policy, critic, mini_data, mine, p.s, p.autocast)
     own_critic = critic is not None and not reads_policy_pass(policy, critic)
-    cost = None if plan is None else plan.cost(policy=True, critic=own_critic)
-    micros = micro_batches(mini_data, s, plan, openings, cost)
+    cost = p.cost(policy=True, critic=own_critic)
+    micros = micro_batches(mini_data, p.s, p.plan, openings, cost)
     for micro, counts in micros:
         part = mini_data.rows(micro)
-        with phases.timed(phases.UPDATE_FORWARD), autocast:
-            terms, stats = micro_terms(policy, critic, part, s, norm, openings)
+        with phases.timed(phases.UPDATE_FORWARD), p.autocast:
+            terms, stats = micro_terms(policy, critic, part, p.s, p.norm, openings)
         loss = total(terms)
         if not counts:
             with phases.timed(phases.UPDATE_BACKWARD):
@@ -441,29 +444,20 @@ def _backward_share(
             for key in _ADDITIVE:
                 if key in stats:
                     sums[key] += stats.pop(key)
-            tally.add(stats, float(part.loss_mask.sum()))
+            p.tally.add(stats, float(part.loss_mask.sum()))
     openings.backward()
     return sums if finite else None
 
 
-def _backward_mini(
-    policy,
-    critic,
-    mini_data: UpdateData,
-    s: UpdateSettings,
-    norm: float,
-    autocast,
-    tally: _Tally,
-    plan: MemoryPlan | None,
-) -> dict[str, float] | None:
+def _backward_mini(policy, critic, mini_data: UpdateData, p: _MiniPass) -> dict[str, float] | None:
     """Back-propagate this rank's share of a mini-batch: both models micro-batch by
     micro-batch, or, when the mini-batch comes without advantages, the critic first (see
     ``_critic_first``), then the policy. Returns the share's ``_ADDITIVE`` stats, or None
     when a loss was not finite."""
     if mini_data.advantages is not None:
-        return _backward_share(policy, critic, mini_data, s, norm, autocast, tally, plan)
-    mini_data, critic_sums = _critic_first(critic, mini_data, s, norm, autocast, tally, plan)
-    sums = _backward_share(policy, None, mini_data, s, norm, autocast, tally, plan)
+        return _backward_share(policy, critic, mini_data, p)
+    mini_data, critic_sums = _critic_first(critic, mini_data, p)
+    sums = _backward_share(policy, None, mini_data, p)
     return None if sums is None or critic_sums is None else sums | critic_sums
 
 
@@ -503,7 +497,7 @@ def ppo_update(
             continue  # nothing sampled in this mini-batch: no gradient to take
         for opt in optimizers.values():
             opt.zero_grad(set_to_none=True)
-        sums = _backward_mini(policy, critic, mini_data, s, norm, autocast, tally, plan)
+        sums = _backward_mini(policy, critic, mini_data, _MiniPass(s, norm, autocast, tally, plan))
         with phases.timed(phases.UPDATE_OPTIMIZER):
             finite = distributed.all_true(sums is not None)  # one rank's NaN: all skip
             if not s.sharded:  # FSDP2 summed them during the backward
