@@ -32,6 +32,9 @@ ACTION_TEMPLATE_SHARE = "diversity/action_template_share"
 
 # filter/… : what the uncertainty filter kept (ragen.algos.filtering.select_groups)
 KEPT_GROUPS = "filter/kept_groups"
+KEPT_RATIO = "filter/kept_ratio"
+ZERO_STD_GROUPS = "filter/zero_std_groups"
+"""Groups whose episodes all got the same return: GRPO's advantage is 0 on each."""
 
 # gigpo/… : what GiGPO's per-turn credit had to compare, on gigpo runs only
 # (ragen.monitor.metrics.credit_metrics)

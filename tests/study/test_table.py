@@ -228,6 +228,27 @@ def test_each_seed_is_read_level_by_level_with_its_template(tmp_path):
     ) in text
 
 
+def test_the_share_of_groups_whose_returns_differed_is_read_by_hand(tmp_path):
+    steps = [
+        {"step": -1, "eval/frozen-lake/success": 0.25},  # the evaluation before: no groups
+        {"step": 0, "filter/kept_groups": 4, "filter/kept_ratio": 0.5, "filter/zero_std_groups": 7},
+        {"step": 1, "filter/kept_groups": 4, "filter/kept_ratio": 0.5, "filter/zero_std_groups": 4},
+        {"step": 2, "filter/kept_groups": 0, "filter/kept_ratio": 0.0, "filter/zero_std_groups": 8},
+        {"step": 3, "filter/kept_groups": 3, "filter/kept_ratio": 0.5, "filter/zero_std_groups": 0},
+    ]
+    # of 8, 8, (none kept: left out) and 6 groups, 1, 4 and 6 differed: 1/8, 1/2, 1
+    assert table.group_spread(steps) == pytest.approx((0.125 + 0.5 + 1.0) / 3)
+    assert table.group_spread(steps[:1]) is None  # no step logged the filter's metrics
+    assert table.group_spread([{"step": 0, "filter/kept_groups": "4"}]) is None  # hand-edited
+    study = _study(metric="eval/frozen-lake/success", tail=1)
+    seed = table.seed_result(_levels_run(tmp_path, "s0", [1, 1, 0, 0], [1, 1, 1, 0]), 0, study, 1.0)
+    seed.spread = table.group_spread(steps[1:3])
+    text = table.table_markdown(
+        study, "cpu", [table.row_result("a", "frozen-lake", [seed], None, [])], []
+    )
+    assert "after; groups whose returns differed: 31% a step." in text
+
+
 @pytest.mark.parametrize(
     ("moves", "shown"),
     [

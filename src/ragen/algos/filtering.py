@@ -298,11 +298,11 @@ def select_groups(
     total = float(std.sum())
     metrics = {
         names.KEPT_GROUPS: float(kept),
-        "filter/kept_ratio": kept / groups,
+        names.KEPT_RATIO: kept / groups,
         "filter/std_mean_kept": float(std[keep].mean()) if kept else 0.0,
         "filter/std_mean_all": float(std.mean()),
         "filter/std_share_kept": float(std[keep].sum()) / total if total > 0 else 0.0,
-        "filter/zero_std_groups": float((std <= ZERO_SCORE).sum()),
+        names.ZERO_STD_GROUPS: float((std <= ZERO_SCORE).sum()),
         "filter/score_mean_kept": float(scores[keep].mean()) if kept else 0.0,
         "filter/score_mean_all": float(scores.mean()),
         "filter/empty": float(kept == 0),

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import groupby
 
+from ragen import metric_names as names
 from ragen.report.curves import series
 from ragen.report.paired import PairedChange, paired_summaries, seed_successes
 from ragen.report.runs import RunData
@@ -77,6 +78,9 @@ class SeedResult:
     change: PairedChange | None = None
     """The level-by-level change from ``start`` to ``end``, where both evaluations hold their
     levels' outcomes for the same levels."""
+    spread: float | None = None
+    """The mean share of a training step's groups whose episodes' returns differed
+    (:func:`group_spread`)."""
 
 
 @dataclass
@@ -152,7 +156,31 @@ def seed_result(run: RunData, seed: int, study: Study, minutes: float | None) ->
         warning_step=row.warning_step,
         minutes=minutes,
         change=paired,
+        spread=group_spread(run.records),
     )
+
+
+_GROUP_KEYS = (names.KEPT_GROUPS, names.KEPT_RATIO, names.ZERO_STD_GROUPS)
+
+
+def group_spread(records: Sequence[dict]) -> float | None:
+    """The mean share, over the training steps, of the rollout groups whose episodes' returns
+    differed. GRPO's advantage, and GiGPO's episode term, is 0 in a group that played alike,
+    so where few groups differ those estimators have little to learn from, whatever their
+    credit. A step's groups are ``filter/kept_groups`` over ``filter/kept_ratio``; a step
+    that kept none, or one without the filter's metrics, is left out (None: no step left)."""
+    shares = []
+    for r in records:
+        kept, ratio, alike = (r.get(k) for k in _GROUP_KEYS)
+        if (
+            isinstance(kept, int | float)
+            and isinstance(ratio, int | float)
+            and isinstance(alike, int | float)
+            and kept > 0
+            and ratio > 0
+        ):
+            shares.append(1.0 - alike * ratio / kept)
+    return statistics.fmean(shares) if shares else None
 
 
 def ends_of(
@@ -379,6 +407,8 @@ def _seed_lines(rows: Sequence[RowResult]) -> list[str]:
                 f"; one action sequence in {_template(s.start)} of the episodes before, "
                 f"{_template(s.end)} after"
             )
+            if s.spread is not None:
+                said += f"; groups whose returns differed: {s.spread:.0%} a step"
             lines.append(said + ".")
     if lines:
         lines[:0] = ["", "Each seed, its evaluation before training against its last one:", ""]
