@@ -141,14 +141,18 @@ bench-decode: install llama-cpp
 # source in a build folder of its own: the server alone (no web UI, no HTTPS, no download of
 # a prebuilt UI). `make test-api` runs `ragen eval --api` against it, serving the embedded
 # model's GGUF (tests/train/test_llama_server.py); openai, the api extra, is in dev's.
-LLAMA_SERVER := $(LLAMA_DIR)/build-server/bin/llama-server
+# Built for the x86-64 AVX2 baseline, not GGML_NATIVE: a native build, compiled and run on
+# the same CI machine, died at start with SIGILL; a test server need not be fast, and every
+# x86 CPU these sessions get (Zen 3, Zen 5, Xeon) runs the baseline.
+LLAMA_SERVER := $(LLAMA_DIR)/build-api/bin/llama-server
 
 $(LLAMA_SERVER): | $(LLAMA_SRC)
-	cmake -S $(LLAMA_DIR) -B $(LLAMA_DIR)/build-server -DCMAKE_BUILD_TYPE=Release \
-		-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+	cmake -S $(LLAMA_DIR) -B $(LLAMA_DIR)/build-api -DCMAKE_BUILD_TYPE=Release \
+		-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
 		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
 		-DLLAMA_USE_PREBUILT_UI=OFF
-	cmake --build $(LLAMA_DIR)/build-server --target llama-server -j 2
+	cmake --build $(LLAMA_DIR)/build-api --target llama-server -j 2
 
 llama-server: $(LLAMA_SERVER)
 

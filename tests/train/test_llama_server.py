@@ -21,7 +21,7 @@ from ragen.viewer.app import create_app
 pytestmark = pytest.mark.api
 pytest.importorskip("openai", reason="the API client is an extra: pip install -e '.[api]'")
 
-SERVER = Path(__file__).resolve().parents[2] / ".bench/llama.cpp/build-server/bin/llama-server"
+SERVER = Path(__file__).resolve().parents[2] / ".bench/llama.cpp/build-api/bin/llama-server"
 KEY = "sk-llama-server-test-5e0b31-never-written"
 KEY_ENV = "RAGEN_LLAMA_SERVER_KEY"
 SLOTS = 2
@@ -55,7 +55,9 @@ def server(tmp_path_factory):
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if process.poll() is not None:
-                pytest.fail(f"llama-server exited with {process.returncode}: see {log}")
+                tail = log.read_text(errors="replace").splitlines()[-20:]
+                lines = "\n".join(tail)
+                pytest.fail(f"llama-server exited with {process.returncode}; {log} ends:\n{lines}")
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
                     if answer.status == 200:
