@@ -60,12 +60,12 @@ def test_a_plan_counts_the_mini_batches_it_cut():
     mask = torch.tensor([[1] * 100, [1] * 90 + [0] * 10, [1] * 50 + [0] * 50])
     sampled = torch.zeros(3, 100, dtype=torch.bool)
     sampled[:, 10:15] = True
-    cost = plan.cost(policy=True, critic=True)  # no critic body: the policy's alone
-    assert cost == plan.policy
+    both = plan.for_pass(policy=True, critic=True)  # no critic body: the policy's alone
+    assert both.cost == plan.policy
     # the opening's own 20 tokens (20 × 10 bytes) come off the budget first
-    assert plan.sizes(mask, sampled, 20, cost) == [2, 1] and plan.cuts == 0
+    assert both.sizes(mask, sampled, 20) == [2, 1] and plan.cuts == 0
     plan.budget = 0
-    assert plan.sizes(mask, sampled, 20, cost) == [1, 1, 1] and plan.cuts == 1
+    assert both.sizes(mask, sampled, 20) == [1, 1, 1] and plan.cuts == 1
 
 
 def test_what_the_update_holds_beside_activations_and_a_first_step_adds(tiny):

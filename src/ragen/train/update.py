@@ -41,7 +41,7 @@ from ragen.config import AlgoConfig, TrainerConfig
 from ragen.train import distributed
 from ragen.train.forward import SharedOpening, critic_opening
 from ragen.train.scoring import critic_values, policy_logprobs_and_values, reads_policy_pass
-from ragen.train.update_memory import DecoderBytes, MemoryPlan
+from ragen.train.update_memory import MemoryPlan, PassPlan
 
 
 @dataclass(frozen=True)
@@ -191,9 +191,9 @@ class _MiniPass:
     tally: _Tally
     plan: MemoryPlan | None
 
-    def cost(self, *, policy: bool, critic: bool) -> DecoderBytes | None:
-        """The plan's cost per unit of a pass through these models (None without a plan)."""
-        return None if self.plan is None else self.plan.cost(policy=policy, critic=critic)
+    def for_pass(self, *, policy: bool, critic: bool) -> PassPlan | None:
+        """The plan of a pass through these models (None without a plan)."""
+        return None if self.plan is None else self.plan.for_pass(policy=policy, critic=critic)
 
 
 @dataclass
@@ -329,8 +329,8 @@ def _critic_first(
     mine = distributed.shard(len(mini_data.input_ids))
     opening = Openings.of(None, critic, mini_data, len(mine) > 0, s, p.autocast)
     rows = torch.arange(mine.start, mine.stop)
-    cost = p.cost(policy=False, critic=True)
-    for micro in _split(rows, mini_data, s, p.plan, opening.critic, cost):
+    plan = p.for_pass(policy=False, critic=True)
+    for micro in _split(rows, mini_data, s, plan, opening.critic):
         part = mini_data.rows(micro)
         assert part.rewards is not None
         with phases.timed(phases.UPDATE_FORWARD), p.autocast:
@@ -373,30 +373,27 @@ def _split(
     rows: torch.Tensor,
     mini_data: UpdateData,
     s: UpdateSettings,
-    plan: MemoryPlan | None,
+    plan: PassPlan | None,
     opening: SharedOpening | None,
-    cost: DecoderBytes | None,
 ) -> list[torch.Tensor]:
     """``rows`` (indices into the mini-batch, longest first) cut into micro-batches: of
-    ``trainer.micro_batch_size`` rows, or of what ``plan`` fits of them (``cost`` per unit,
-    after ``opening``'s shared tokens); none when ``rows`` is empty."""
+    ``trainer.micro_batch_size`` rows, or of what the pass's ``plan`` fits of them (after
+    ``opening``'s shared tokens); none when ``rows`` is empty."""
     if plan is None or not len(rows):
         return [m for m in rows.split(s.trainer.micro_batch_size) if len(m)]
-    assert cost is not None  # a plan comes with the cost of the pass it cuts
     prefix = 0 if opening is None else opening.length
-    sizes = plan.sizes(mini_data.attention_mask[rows], mini_data.loss_mask[rows], prefix, cost)
+    sizes = plan.sizes(mini_data.attention_mask[rows], mini_data.loss_mask[rows], prefix)
     return list(rows.split(sizes))
 
 
 def micro_batches(
     mini_data: UpdateData,
     s: UpdateSettings,
-    plan: MemoryPlan | None = None,
+    plan: PassPlan | None = None,
     openings: Openings | None = None,
-    cost: DecoderBytes | None = None,
 ) -> list[tuple[torch.Tensor, bool]]:
-    """This rank's micro-batches of a mini-batch: (row indices, counts); cut to ``plan``
-    where it has one (``cost`` per unit, after the ``openings``' shared tokens).
+    """This rank's micro-batches of a mini-batch: (row indices, counts); cut to the pass's
+    ``plan`` where it has one (after the ``openings``' shared tokens).
 
     With sharded models every pass is a collective (each layer's weights are gathered, its
     gradient reduced), so every rank runs as many passes as the rank with the most rows
@@ -405,7 +402,7 @@ def micro_batches(
     rows = len(mini_data.input_ids)
     mine = distributed.shard(rows)
     opening = None if openings is None else openings.policy
-    chunks = _split(torch.arange(mine.start, mine.stop), mini_data, s, plan, opening, cost)
+    chunks = _split(torch.arange(mine.start, mine.stop), mini_data, s, plan, opening)
     micros = [(m, True) for m in chunks]
     if s.sharded:
         most = -(-rows // distributed.world_size())
@@ -424,8 +421,8 @@ def _backward_share(policy, critic, mini_data: UpdateData, p: _MiniPass) -> dict
     mine = len(distributed.shard(len(mini_data.input_ids))) > 0
     openings = Openings.of(policy, critic, mini_data, mine, p.s, p.autocast)
     own_critic = critic is not None and not reads_policy_pass(policy, critic)
-    cost = p.cost(policy=True, critic=own_critic)
-    micros = micro_batches(mini_data, p.s, p.plan, openings, cost)
+    plan = p.for_pass(policy=True, critic=own_critic)
+    micros = micro_batches(mini_data, p.s, plan, openings)
     for micro, counts in micros:
         part = mini_data.rows(micro)
         with phases.timed(phases.UPDATE_FORWARD), p.autocast:

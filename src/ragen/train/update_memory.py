@@ -194,12 +194,17 @@ class MemoryPlan:
         total = self.policy if policy else DecoderBytes(0, 0, 0)
         return total + self.critic if critic and self.critic is not None else total
 
+    def for_pass(self, *, policy: bool, critic: bool) -> PassPlan:
+        """The plan of one backward pass that runs the policy, the critic, or both."""
+        return PassPlan(self, self.cost(policy=policy, critic=critic))
+
     def sizes(
         self, attention_mask: torch.Tensor, loss_mask: torch.Tensor, prefix: int, cost: DecoderBytes
     ) -> list[int]:
         """Sizes of the consecutive micro-batches of rows (B, T) given longest first, with
         ``prefix`` tokens of shared opening (run once: its own activations are taken from
-        the budget first); counts a cut where they are not the configured ones."""
+        the budget first), each unit costing ``cost``; counts a cut where they are not the
+        configured ones."""
         widths = [int(w) for w in attention_mask.sum(dim=1).tolist()]
         sampled = [int(s) for s in loss_mask.sum(dim=1).tolist()]
         budget = self.budget - prefix * cost.token
@@ -207,3 +212,18 @@ class MemoryPlan:
         whole, rest = divmod(len(widths), self.most)
         self.cuts += got != [self.most] * whole + ([rest] if rest else [])
         return got
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """A `MemoryPlan` bound to the cost per unit of one pass (`MemoryPlan.for_pass`), so
+    that what cuts a pass's micro-batches travels as one value."""
+
+    plan: MemoryPlan
+    cost: DecoderBytes
+
+    def sizes(
+        self, attention_mask: torch.Tensor, loss_mask: torch.Tensor, prefix: int
+    ) -> list[int]:
+        """`MemoryPlan.sizes` at this pass's cost."""
+        return self.plan.sizes(attention_mask, loss_mask, prefix, self.cost)
