@@ -188,6 +188,10 @@ def test_ragen2_reward_variance_stop_counts_steps_under_a_tenth_of_the_early_bas
     assert "for 3 steps" in alerts[0].message and "for 6 steps" in alerts[1].message
     off = replay(records, MonitorConfig(variance_baseline_steps=4))  # the default: off
     assert not [a for a in off if a.kind == "collapse" and a.signal == REWARD_STD]
+    # a baseline of 0: no group ever differed, so no variance was lost, and 0 < 0.1 x 0
+    # never holds however long the run stays flat
+    flat = [{"step": s, REWARD_STD: 0.0, KEPT_GROUPS: 2} for s in range(30)]
+    assert not [a for a in replay(flat, rule) if a.signal == REWARD_STD]
 
 
 def test_ragen2_evaluation_floor_stop():

@@ -325,7 +325,9 @@ class CollapseDetector:
         ``variance_baseline_steps`` steps that kept a group; the collapse is called on the
         ``variance_collapse_steps``-th step in a row under ``variance_collapse_ratio`` of it
         (a step whose filter kept nothing counts, as its std is what emptied it), and again at
-        each further multiple of it while the spell lasts."""
+        each further multiple of it while the spell lasts. A baseline of 0 (no group's returns
+        differed in those steps) is never called: there was no variance to lose, and a run
+        that never learns is the evaluation floor's to stop."""
         c = self.config
         std = values.get(names.REWARD_STD)
         if not c.variance_collapse_steps or std is None:
